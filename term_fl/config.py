@@ -1,0 +1,396 @@
+"""Scenario schema: the single source of every setting of a run.
+
+A scenario file (TOML) describes one run: one strategy, one seed. It may
+carry a ``[sweep]`` table of dotted keys to lists, which ``term-fl sweep``
+expands into a grid of runs. Values come, in order of precedence, from
+``--set key=value`` overrides, the scenario file, environment variables
+(``TERM_FL_VEHICLE_DATA`` for ``data.path``) and the defaults below.
+
+Validation happens once, at the edge: unknown keys and out-of-range values
+raise :class:`ConfigError` with messages that name the dotted key, the value
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+VEHICLE_DATA_ENV = "TERM_FL_VEHICLE_DATA"
+DEFAULT_SCENARIO = "default"
+
+
+class ConfigError(ValueError):
+    """A scenario, override or sweep value is invalid; the message names the key."""
+
+
+class _Table(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunConfig(_Table):
+    """How the federation runs."""
+
+    rounds: int = Field(50, ge=1, le=100_000, description="number of federated rounds")
+    clients_per_round: int = Field(10, ge=1, description="devices sampled for training each round")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="seed of every random choice of the run")
+    engine: Literal["flower", "inprocess"] = Field(
+        "flower", description="flower: Flower's Simulation Engine (Ray); inprocess: same code, one process"
+    )
+    evaluate_fraction: float = Field(
+        1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"
+    )
+    max_failed_rounds: int = Field(
+        3, ge=1, description="stop with an error after this many consecutive rounds without a valid reply"
+    )
+    node_timeout: float = Field(120.0, gt=0, description="seconds to wait for all expected nodes to connect")
+    round_timeout: float = Field(600.0, gt=0, description="seconds to wait for the replies of one round")
+    name: str = Field("", description="run name shown in tables and the dashboard ('' = scenario name)")
+
+
+class StrategyConfig(_Table):
+    """Which server strategy aggregates the client updates."""
+
+    name: Literal["fedavg", "qffl", "term"] = "term"
+    t: float = Field(1.0, ge=-1000.0, le=1000.0, description="TERM device-level tilt (t>0 fairness, t<0 robustness)")
+    q: float = Field(1.0, ge=0.0, le=100.0, description="q-FFL fairness parameter (0 = uniform average)")
+    lam: float = Field(1.0, gt=0.0, le=1.0, description="TERM running-estimate mixing (1 = no memory)")
+    base_weighting: Literal["num_examples", "uniform"] = "num_examples"
+    loss_reduction: Literal["mean", "sum"] = "mean"
+    server_lr: float = Field(1.0, gt=0.0, le=100.0, description="TERM server learning rate eta_s")
+
+
+class ClientConfig(_Table):
+    """Local training on each device."""
+
+    lr: float = Field(0.1, gt=0.0, le=100.0)
+    epochs: int = Field(1, ge=1, le=10_000)
+    batch_size: int = Field(32, ge=1, le=1_000_000)
+    tau: float = Field(0.0, ge=-1000.0, le=1000.0, description="sample-level tilt on the local loss (hierarchical TERM)")
+    weight_decay: float = Field(0.0, ge=0.0, le=10.0)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$", description="auto | cpu | cuda | cuda:i")
+
+
+class DataConfig(_Table):
+    """The federated dataset and its per-device splits."""
+
+    name: Literal["synthetic", "vehicle"] = "synthetic"
+    path: str | None = Field(None, description=f"vehicle JSON file (else ${VEHICLE_DATA_ENV})")
+    seed: int | None = Field(None, ge=0, le=2**31 - 1, description="data seed (None = run.seed: re-split per seed)")
+    num_devices: int = Field(100, ge=1, le=1_000_000, description="synthetic devices")
+    alpha: float = Field(1.0, ge=0.0, le=100.0)
+    beta: float = Field(1.0, ge=0.0, le=100.0)
+    max_samples: int = Field(1000, ge=3, le=1_000_000, description="cap on synthetic device size")
+    train_fraction: float = Field(0.8, gt=0.0, lt=1.0)
+    val_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    test_fraction: float = Field(0.1, gt=0.0, lt=1.0)
+    noise: Literal["none", "random_labels", "flip_labels", "scale_features"] = "none"
+    noisy_devices: list[int] = Field(default_factory=list)
+    num_noisy: int = Field(0, ge=0)
+    noise_scale: float = Field(10.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _fractions_sum_to_one(self) -> DataConfig:
+        total = self.train_fraction + self.val_fraction + self.test_fraction
+        if not math.isclose(total, 1.0, abs_tol=1e-9):
+            raise ValueError(
+                "train_fraction + val_fraction + test_fraction must sum to 1 "
+                f"(got {self.train_fraction} + {self.val_fraction} + {self.test_fraction} = {total:g})"
+            )
+        return self
+
+    @field_validator("noisy_devices")
+    @classmethod
+    def _non_negative_devices(cls, value: list[int]) -> list[int]:
+        bad = [d for d in value if d < 0]
+        if bad:
+            raise ValueError(f"device indices must be >= 0 (got {bad})")
+        return sorted(set(value))
+
+
+class ModelConfig(_Table):
+    """The model every client trains."""
+
+    name: Literal["linear_svm", "logreg", "mlp"] = "logreg"
+    hidden: int = Field(64, ge=1, le=100_000)
+    l2: float = Field(1e-3, ge=0.0, le=100.0, description="L2 penalty of the linear SVM")
+
+
+class ResourcesConfig(_Table):
+    """Resources of each virtual client in the Simulation Engine (None = chosen from the machine)."""
+
+    num_cpus: float | None = Field(None, gt=0.0, le=1024.0)
+    num_gpus: float | None = Field(None, ge=0.0, le=64.0)
+
+
+class SelectionConfig(_Table):
+    """How a sweep picks t (and q) on the validation split, as the TERM paper does."""
+
+    tune: list[str] = Field(default_factory=lambda: ["strategy.t", "strategy.q"])
+    objective: Literal["worst_10", "mean", "pooled_mean"] = "worst_10"
+    max_mean_drop: float = Field(
+        0.01, ge=0.0, le=1.0, description="allowed drop of the validation mean below the best mean of the strategy"
+    )
+
+
+class Scenario(_Table):
+    """One run (plus an optional sweep grid)."""
+
+    name: str = DEFAULT_SCENARIO
+    description: str = ""
+    run: RunConfig = Field(default_factory=RunConfig)
+    strategy: StrategyConfig = Field(default_factory=StrategyConfig)
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
+    selection: SelectionConfig = Field(default_factory=SelectionConfig)
+    sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the dataset: data.seed, or run.seed when unset (re-split per seed)."""
+        return self.run.seed if self.data.seed is None else self.data.seed
+
+    @property
+    def run_name(self) -> str:
+        return self.run.name or self.name
+
+    def strategy_params(self) -> dict[str, Any]:
+        """The parameters that shape the chosen strategy (and the client-side tilt)."""
+        s = self.strategy
+        params: dict[str, Any] = {}
+        if s.name == "term":
+            params.update(t=s.t, lam=s.lam, base_weighting=s.base_weighting,
+                          loss_reduction=s.loss_reduction, server_lr=s.server_lr)
+        elif s.name == "qffl":
+            params.update(q=s.q, client_lr=self.client.lr)
+        params["tau"] = self.client.tau
+        return params
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> Scenario:
+        return cls.model_validate_json(text)
+
+
+# --------------------------------------------------------------------------
+# Loading, overrides, errors
+# --------------------------------------------------------------------------
+
+
+def _allowed_keys(model: type[BaseModel]) -> str:
+    return ", ".join(model.model_fields)
+
+
+def _model_at(path: Sequence[str | int]) -> type[BaseModel] | None:
+    model: type[BaseModel] = Scenario
+    for part in path:
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return model
+        annotation = field.annotation
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation
+        else:
+            return model
+    return model
+
+
+def _describe_error(err: Mapping[str, Any]) -> str:
+    loc = [str(p) for p in err["loc"]]
+    key = ".".join(loc) or "<scenario>"
+    if err["type"] == "extra_forbidden":
+        parent = _model_at(loc[:-1])
+        allowed = _allowed_keys(parent) if parent else ""
+        return f"{key}: unknown key (allowed in [{'.'.join(loc[:-1]) or 'top level'}]: {allowed})"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if "input" in err and err["type"] not in {"model_type", "dict_type"}:
+        return f"{key}: {msg} (got {err['input']!r})"
+    return f"{key}: {msg}"
+
+
+def validate_scenario(raw: Mapping[str, Any], *, source: str = "scenario") -> Scenario:
+    """Validate a raw scenario mapping; raise ConfigError naming every bad key."""
+    try:
+        scenario = Scenario.model_validate(dict(raw))
+    except ValidationError as exc:
+        lines = "\n  ".join(_describe_error(e) for e in exc.errors())
+        raise ConfigError(f"invalid {source}:\n  {lines}") from None
+    _check_sweep_keys(scenario.sweep, source=source)
+    return scenario
+
+
+def parse_value(text: str) -> Any:
+    """Parse an override value as TOML (numbers, booleans, lists, quoted strings), else a bare string."""
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """Parse ``key=value`` strings into a dotted-key mapping."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"override {item!r}: expected KEY=VALUE with a dotted key such as strategy.t=1.0")
+        out[key] = parse_value(value.strip())
+    return out
+
+
+def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
+    """Set ``raw[a][b] = value`` for ``key = 'a.b'``; the key must name a field of the schema."""
+    parts = key.split(".")
+    model: type[BaseModel] = Scenario
+    node = raw
+    for i, part in enumerate(parts):
+        if part not in model.model_fields:
+            where = ".".join(parts[:i]) or "top level"
+            raise ConfigError(
+                f"{'.'.join(parts[: i + 1])}: unknown key (allowed in [{where}]: {_allowed_keys(model)})"
+            )
+        annotation = model.model_fields[part].annotation
+        last = i == len(parts) - 1
+        if last:
+            node[part] = value
+            return
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            raise ConfigError(f"{key}: {'.'.join(parts[: i + 1])} is a value, not a table")
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{key}: {'.'.join(parts[: i + 1])} must be a table")
+        model = annotation
+
+
+def _check_sweep_keys(sweep: Mapping[str, Any], *, source: str) -> None:
+    for key, values in sweep.items():
+        if key.startswith("sweep") or key.startswith("selection"):
+            raise ConfigError(f"sweep.{key}: cannot sweep over the sweep or selection tables")
+        try:
+            set_dotted({}, key, None)
+        except ConfigError as exc:
+            raise ConfigError(f"invalid {source}: sweep key {exc}") from None
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"invalid {source}: sweep.{key!s} must be a non-empty list (got {values!r})")
+
+
+def read_scenario_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a TOML scenario file; relative data paths are taken relative to the file."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"scenario file {str(p)!r} does not exist (give a .toml file, or nothing for the default)")
+    try:
+        raw = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"scenario file {str(p)!r} is not valid TOML: {exc}") from None
+    data = raw.get("data")
+    if isinstance(data, dict) and isinstance(data.get("path"), str) and data["path"]:
+        data["path"] = str((p.parent / os.path.expanduser(data["path"])).resolve())
+    return raw
+
+
+def packaged_scenario_text(name: str = DEFAULT_SCENARIO) -> str:
+    ref = resources.files("term_fl") / "scenarios" / f"{name}.toml"
+    return ref.read_text(encoding="utf-8")
+
+
+def load_scenario(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | Iterable[str] | None = None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    check_files: bool = True,
+) -> Scenario:
+    """Resolve a scenario: ``--set`` > file > environment > schema default.
+
+    ``path`` None loads the embedded default scenario (no files needed).
+    Relative paths given in ``overrides`` or the environment are taken
+    relative to the working directory; every path of the result is absolute.
+    """
+    environ = os.environ if environ is None else environ
+    if path is None:
+        raw = tomllib.loads(packaged_scenario_text())
+        source = "embedded default scenario"
+    else:
+        raw = read_scenario_file(path)
+        source = f"scenario file {str(path)!r}"
+    if overrides is not None and not isinstance(overrides, Mapping):
+        overrides = parse_overrides(overrides)
+    for key, value in (overrides or {}).items():
+        set_dotted(raw, key, value)
+        if key == "data.path" and isinstance(value, str):
+            raw["data"]["path"] = str(Path(os.path.expanduser(value)).resolve())
+        source = f"{source} with overrides"
+    data = raw.setdefault("data", {}) if isinstance(raw.get("data", {}), dict) else raw.get("data")
+    if isinstance(data, dict) and not data.get("path") and environ.get(VEHICLE_DATA_ENV):
+        data["path"] = str(Path(os.path.expanduser(environ[VEHICLE_DATA_ENV])).resolve())
+    scenario = validate_scenario(raw, source=source)
+    if check_files:
+        check_data_available(scenario)
+    return scenario
+
+
+def check_data_available(scenario: Scenario) -> None:
+    """Fail early, with directions, when a file the scenario needs is missing."""
+    if scenario.data.name != "vehicle":
+        return
+    where = (
+        "the vehicle-sensor data is vehicle_fewshot.json (SensIT, 23 devices; see the README "
+        "'Data' section); give its path with --set data.path=PATH, data.path in the scenario "
+        f"file, or the environment variable {VEHICLE_DATA_ENV}"
+    )
+    if not scenario.data.path:
+        raise ConfigError(f"data.path: not set; {where}")
+    if not Path(scenario.data.path).is_file():
+        raise ConfigError(f"data.path: file {scenario.data.path!r} does not exist; {where}")
+
+
+def with_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenario:
+    """A copy of ``scenario`` with dotted overrides applied and validated."""
+    raw = scenario.model_dump()
+    for key, value in overrides.items():
+        set_dotted(raw, key, value)
+    return validate_scenario(raw, source="sweep cell")
+
+
+def sweep_cells(scenario: Scenario) -> list[tuple[dict[str, Any], Scenario]]:
+    """Expand the ``[sweep]`` grid: one (overrides, scenario) per cell, in a stable order."""
+    if not scenario.sweep:
+        return [({}, scenario)]
+    keys = list(scenario.sweep)
+    cells = []
+    for combo in itertools.product(*(scenario.sweep[k] for k in keys)):
+        overrides = dict(zip(keys, combo, strict=True))
+        cells.append((overrides, with_overrides(scenario, overrides)))
+    return cells
+
+
+def config_hash(scenario: Scenario) -> str:
+    """Hash of the resolved settings without seeds and names: groups the seeds of one sweep cell."""
+    raw = scenario.model_dump()
+    raw["run"].pop("seed", None)
+    raw["run"].pop("name", None)
+    raw["data"].pop("seed", None)
+    raw.pop("sweep", None)
+    raw.pop("selection", None)
+    raw.pop("description", None)
+    raw["run"].pop("engine", None)
+    text = json.dumps(raw, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,137 @@
+"""Scenario schema: defaults, precedence, overrides, sweeps and the errors users see."""
+
+from __future__ import annotations
+
+import pytest
+
+from term_fl.config import (
+    VEHICLE_DATA_ENV,
+    ConfigError,
+    Scenario,
+    config_hash,
+    load_scenario,
+    parse_overrides,
+    sweep_cells,
+)
+
+
+def write(tmp_path, text: str, name: str = "s.toml"):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_embedded_default_is_term_on_synthetic_with_a_sweep():
+    s = load_scenario(None, environ={})
+    assert s.strategy.name == "term" and s.data.name == "synthetic"
+    assert s.data.alpha == 1.0 and s.data.beta == 1.0 and s.data.num_devices == 100
+    assert set(s.sweep["strategy.name"]) == {"fedavg", "qffl", "term"}
+
+
+def test_set_overrides_file_which_overrides_default(tmp_path):
+    path = write(tmp_path, "[strategy]\nt = 2.5\n[run]\nrounds = 7\n")
+    s = load_scenario(path, ["strategy.t=5"], environ={})
+    assert s.strategy.t == 5.0  # --set beats the file
+    assert s.run.rounds == 7  # the file beats the default
+    assert s.client.lr == Scenario().client.lr  # default
+
+
+def test_vehicle_path_precedence_set_then_file_then_env(tmp_path):
+    a, b, c = (tmp_path / n for n in ("a.json", "b.json", "c.json"))
+    for p in (a, b, c):
+        p.write_text("{}")
+    path = write(tmp_path, f'[data]\nname = "vehicle"\npath = "{b.name}"\n')
+    env = {VEHICLE_DATA_ENV: str(c)}
+    assert load_scenario(path, [f"data.path={a}"], environ=env).data.path == str(a.resolve())
+    assert load_scenario(path, [], environ=env).data.path == str(b.resolve())  # relative to the file
+    plain = write(tmp_path, '[data]\nname = "vehicle"\n', "plain.toml")
+    assert load_scenario(plain, [], environ=env).data.path == str(c.resolve())
+
+
+def test_missing_vehicle_data_says_where_to_get_it(tmp_path):
+    plain = write(tmp_path, '[data]\nname = "vehicle"\n')
+    with pytest.raises(ConfigError, match=r"data.path: not set.*TERM_FL_VEHICLE_DATA"):
+        load_scenario(plain, [], environ={})
+    with pytest.raises(ConfigError, match=r"does not exist"):
+        load_scenario(plain, [f"data.path={tmp_path / 'nope.json'}"], environ={})
+
+
+def test_unknown_key_is_named_with_the_allowed_keys(tmp_path):
+    path = write(tmp_path, "[strategy]\ntt = 1\n")
+    with pytest.raises(ConfigError, match=r"strategy\.tt: unknown key .*allowed.*\bt\b.*\bq\b"):
+        load_scenario(path, environ={})
+    with pytest.raises(ConfigError, match=r"client\.lrr: unknown key"):
+        load_scenario(None, ["client.lrr=0.1"], environ={})
+    with pytest.raises(ConfigError, match=r"nosuch: unknown key"):
+        load_scenario(None, ["nosuch.x=1"], environ={})
+
+
+@pytest.mark.parametrize(
+    ("override", "pattern"),
+    [
+        ("strategy.t=5000", r"strategy\.t: .*less than or equal to 1000.*5000"),
+        ("run.rounds=0", r"run\.rounds: .*greater than or equal to 1"),
+        ("strategy.lam=0", r"strategy\.lam: .*greater than 0"),
+        ("strategy.name=krum", r"strategy\.name: .*'fedavg', 'qffl' or 'term'.*krum"),
+        ("client.device=gpu", r"client\.device: .*pattern"),
+        ("run.engine=ray", r"run\.engine: .*'flower' or 'inprocess'"),
+        ("data.train_fraction=0.9", r"sum to 1"),
+        ("data.noisy_devices=[-1]", r"data\.noisy_devices: .*>= 0"),
+    ],
+)
+def test_out_of_range_values_name_key_and_allowed_range(override, pattern):
+    with pytest.raises(ConfigError, match=pattern):
+        load_scenario(None, [override], environ={})
+
+
+def test_bad_override_syntax_and_bad_toml(tmp_path):
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        parse_overrides(["strategy.t"])
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_scenario(write(tmp_path, "[run\nrounds=1"), environ={})
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_scenario(tmp_path / "missing.toml", environ={})
+    with pytest.raises(ConfigError, match="is a value, not a table"):
+        load_scenario(None, ["run.rounds.x=1"], environ={})
+
+
+def test_override_values_are_typed():
+    assert parse_overrides(["a=1", "b=1.5", "c=true", "d=fedavg", 'e="x y"', "f=[1, 2]"]) == {
+        "a": 1, "b": 1.5, "c": True, "d": "fedavg", "e": "x y", "f": [1, 2],
+    }
+
+
+def test_sweep_grid_expands_in_order_and_validates_cells(tmp_path):
+    path = write(tmp_path, '[sweep]\n"strategy.name" = ["fedavg", "term"]\n"run.seed" = [1, 2]\n')
+    cells = sweep_cells(load_scenario(path, environ={}))
+    assert [o for o, _ in cells] == [
+        {"strategy.name": "fedavg", "run.seed": 1}, {"strategy.name": "fedavg", "run.seed": 2},
+        {"strategy.name": "term", "run.seed": 1}, {"strategy.name": "term", "run.seed": 2},
+    ]
+    assert [c.run.seed for _, c in cells] == [1, 2, 1, 2]
+    bad = write(tmp_path, '[sweep]\n"strategy.tt" = [1]\n', "bad.toml")
+    with pytest.raises(ConfigError, match=r"strategy\.tt: unknown key"):
+        load_scenario(bad, environ={})
+    empty = write(tmp_path, '[sweep]\n"strategy.t" = []\n', "empty.toml")
+    with pytest.raises(ConfigError, match="non-empty list"):
+        load_scenario(empty, environ={})
+    out_of_range = write(tmp_path, '[sweep]\n"strategy.t" = [1, 5000]\n', "oor.toml")
+    with pytest.raises(ConfigError, match=r"strategy\.t"):
+        sweep_cells(load_scenario(out_of_range, environ={}))
+
+
+def test_config_hash_groups_seeds_but_not_settings():
+    a = load_scenario(None, ["run.seed=1"], environ={})
+    b = load_scenario(None, ["run.seed=2"], environ={})
+    c = load_scenario(None, ["run.seed=1", "strategy.t=2"], environ={})
+    assert config_hash(a) == config_hash(b) != config_hash(c)
+
+
+def test_scenario_round_trips_through_json():
+    s = load_scenario(None, ["strategy.t=-3", "client.tau=-1"], environ={})
+    assert Scenario.from_json(s.to_json()) == s
+
+
+def test_data_seed_defaults_to_run_seed():
+    assert load_scenario(None, ["run.seed=7"], environ={}).data_seed == 7
+    assert load_scenario(None, ["run.seed=7", "data.seed=3"], environ={}).data_seed == 3
