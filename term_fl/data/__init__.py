@@ -1,0 +1,36 @@
+"""Federated datasets as lazily built per-device train / val / test splits (numpy only).
+
+``build_dataset("synthetic" | "vehicle", ...)`` returns a
+:class:`FederatedDataset`; ``dataset.device(k)`` builds device k's
+:class:`DeviceData` from ``(seed, k)`` alone on first access. Features are
+float32 ``(n, d)``, labels int64 class indices ``0..C-1``.
+
+Modules: ``types`` (containers), ``synthetic`` (Synthetic(alpha, beta)),
+``vehicle`` (SensIT JSON loader), ``splits`` (seeded splits and their
+rounding rule), ``noise`` (corrupting chosen devices), ``seeds`` (one
+generator per purpose and device), ``build`` (``build_dataset``).
+"""
+
+from .build import DATASET_NAMES, build_dataset
+from .errors import DataError
+from .noise import NOISE_KINDS
+from .splits import split_indices, split_sizes
+from .synthetic import SyntheticGenerator
+from .types import SPLITS, DeviceData, FederatedDataset
+from .vehicle import VEHICLE_ENV_VAR, VehicleData, load_vehicle
+
+__all__ = [
+    "DATASET_NAMES",
+    "NOISE_KINDS",
+    "SPLITS",
+    "VEHICLE_ENV_VAR",
+    "DataError",
+    "DeviceData",
+    "FederatedDataset",
+    "SyntheticGenerator",
+    "VehicleData",
+    "build_dataset",
+    "load_vehicle",
+    "split_indices",
+    "split_sizes",
+]

@@ -1,0 +1,118 @@
+"""Synthetic(alpha, beta): the heterogeneous federated data of FedProx and q-FFL.
+
+Li, Sahu, Zaheer, Sanjabi, Talwalkar, Smith, "Federated Optimization in
+Heterogeneous Networks" (MLSys 2020), section 5.1; also used by q-FFL (Li et
+al., ICLR 2020). Per device k (alpha and beta are *variances*):
+
+    u_k ~ N(0, alpha),  B_k ~ N(0, beta)
+    W_k ~ N(u_k, 1)  (10 x 60),  b_k ~ N(u_k, 1)  (10),  v_k ~ N(B_k, 1)  (60)
+    x ~ N(v_k, Sigma),  Sigma diagonal,  Sigma_jj = j^-1.2  (j = 1..60)
+    y = argmax softmax(W_k x + b_k)  (= the argmax of the logits)
+
+alpha controls how much the devices' labelling functions differ, beta how
+much their feature distributions differ.
+
+Device sizes follow FedProx: ``floor(lognormal(4, 2)) + 50``, capped at
+``max_samples``. The reference code caps nothing, but the lognormal tail
+reaches millions of samples for a few devices among thousands; the cap
+(default 1000 in :func:`term_fl.data.build_dataset`) keeps memory bounded.
+A cap below 50 lowers the floor to the cap.
+
+Scale: all sizes come from one cheap stream ``[seed, SIZES_TAG]``; device k's
+parameters and samples come from ``[seed, k, DEVICE_TAG]`` alone, so a
+client builds its own device without generating any other.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+
+from .seeds import DEVICE_TAG, SIZES_TAG, check_seed, dataset_rng, device_rng
+from .splits import MIN_DEVICE_SAMPLES
+
+NUM_FEATURES = 60
+NUM_CLASSES = 10
+SIZE_OFFSET = 50
+"""FedProx adds 50 to every lognormal device size."""
+
+_FEATURE_STD = np.arange(1, NUM_FEATURES + 1, dtype=np.float64) ** -0.6
+"""sqrt(Sigma_jj) = sqrt(j^-1.2)."""
+
+
+@dataclass(frozen=True)
+class SyntheticGenerator:
+    """Generator of Synthetic(alpha, beta) devices.
+
+    Parameters
+    ----------
+    seed : int
+        Non-negative seed of every draw.
+    num_devices : int
+        Number of devices (>= 1).
+    alpha : float
+        Variance of u_k, the mean of a device's model (>= 0).
+    beta : float
+        Variance of B_k, the mean of a device's feature means (>= 0).
+    max_samples : int or None
+        Cap on a device's size (>= 3); None caps nothing.
+    """
+
+    seed: int
+    num_devices: int
+    alpha: float
+    beta: float
+    max_samples: int | None
+
+    def __post_init__(self) -> None:
+        check_seed(self.seed)
+        if isinstance(self.num_devices, bool) or not isinstance(self.num_devices, numbers.Integral) or self.num_devices < 1:
+            raise ValueError(f"num_devices must be an integer >= 1, got {self.num_devices!r}")
+        for name in ("alpha", "beta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} (a variance) must be a finite number >= 0, got {value!r}")
+        cap = self.max_samples
+        if cap is not None and (
+            isinstance(cap, bool) or not isinstance(cap, numbers.Integral) or cap < MIN_DEVICE_SAMPLES
+        ):
+            raise ValueError(f"max_samples must be None or an integer >= {MIN_DEVICE_SAMPLES}, got {cap!r}")
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        """Samples per device, ``floor(lognormal(4, 2)) + 50`` capped at ``max_samples`` (int64, read-only)."""
+        draws = dataset_rng(self.seed, SIZES_TAG).lognormal(4.0, 2.0, size=self.num_devices)
+        sizes = draws.astype(np.int64) + SIZE_OFFSET
+        if self.max_samples is not None:
+            sizes = np.minimum(sizes, self.max_samples)
+        sizes.setflags(write=False)
+        return sizes
+
+    def device(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Return device k's samples ``(x float32 (n, 60), y int64 (n,))``, n = ``sizes[k]``."""
+        if not 0 <= k < self.num_devices:
+            raise IndexError(f"device index {k} is out of range 0..{self.num_devices - 1}")
+        rng = device_rng(self.seed, k, DEVICE_TAG)
+        u = rng.normal(0.0, math.sqrt(self.alpha))
+        b_mean = rng.normal(0.0, math.sqrt(self.beta))
+        weights = rng.normal(u, 1.0, size=(NUM_CLASSES, NUM_FEATURES))
+        bias = rng.normal(u, 1.0, size=NUM_CLASSES)
+        v = rng.normal(b_mean, 1.0, size=NUM_FEATURES)
+        n = int(self.sizes[k])
+        x = v + rng.standard_normal((n, NUM_FEATURES)) * _FEATURE_STD
+        y = np.argmax(x @ weights.T + bias, axis=1).astype(np.int64)
+        return x.astype(np.float32), y
+
+    def metadata(self) -> dict[str, Any]:
+        """Generator parameters for a dataset's metadata."""
+        return {
+            "alpha": float(self.alpha),
+            "beta": float(self.beta),
+            "max_samples": None if self.max_samples is None else int(self.max_samples),
+            "sizes": "floor(lognormal(4, 2)) + 50, capped at max_samples",
+        }

@@ -1,0 +1,203 @@
+"""Loader of the vehicle sensor data (SensIT, LEAF-style JSON), one device per sensor.
+
+Format (see README.md beside the shared ``vehicle_fewshot.json``)::
+
+    {"users": ["f_00000", ...],
+     "num_samples": [59, ...],                      # optional, checked when present
+     "user_data": {"f_00000": {"x": [[100 floats], ...], "y": [[1] or [-1], ...]}}}
+
+A label may be written ``[1]`` or ``1``. Labels +1 / -1 become class indices
+1 / 0 (``labels="zero_one"``, the default) or stay as signs
+(``labels="plus_minus"``). Devices keep the file's user order.
+
+Parsing is cached per (path, modification time, size, options), so many
+clients in one process parse the file once; the cached arrays are
+read-only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from .errors import DataError
+
+VEHICLE_ENV_VAR = "TERM_FL_VEHICLE_DATA"
+VEHICLE_NUM_FEATURES = 100
+LABEL_MODES = ("zero_one", "plus_minus")
+
+_WHERE_FROM = (
+    "The vehicle data is the shared file vehicle_fewshot.json "
+    "(shared/data/vehicle/ in the workspace, see its README.md); "
+    f"pass its path, or set {VEHICLE_ENV_VAR} to it."
+)
+
+
+@dataclass(frozen=True, eq=False)
+class VehicleData:
+    """The parsed vehicle file.
+
+    Attributes
+    ----------
+    path : str
+        Absolute path of the file.
+    sha256 : str
+        Hex digest of the file's bytes.
+    users : tuple of str
+        Device ids in the file's order.
+    devices : tuple of (x, y)
+        Per device, ``x`` float32 ``(n, num_features)`` and ``y`` int64
+        ``(n,)`` (0/1 or -1/+1 by ``labels``); read-only arrays.
+    labels : str
+        "zero_one" or "plus_minus".
+    """
+
+    path: str
+    sha256: str
+    users: tuple[str, ...]
+    devices: tuple[tuple[np.ndarray, np.ndarray], ...]
+    labels: str
+
+    @property
+    def sizes(self) -> list[int]:
+        """Samples per device."""
+        return [len(y) for _, y in self.devices]
+
+
+def load_vehicle(
+    path: str | os.PathLike[str],
+    *,
+    labels: Literal["zero_one", "plus_minus"] = "zero_one",
+    num_features: int = VEHICLE_NUM_FEATURES,
+) -> VehicleData:
+    """Load and validate a vehicle data file.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The LEAF-style JSON file (e.g. the shared ``vehicle_fewshot.json``).
+    labels : {"zero_one", "plus_minus"}
+        "zero_one" maps +1 / -1 to class indices 1 / 0; "plus_minus" keeps
+        the signs.
+    num_features : int
+        Features every sample must have (100 for SensIT).
+
+    Raises
+    ------
+    DataError
+        Naming the file and the problem: missing file, not JSON, missing keys,
+        a user without data, x / y of different lengths, a wrong feature count,
+        a label other than -1 / +1, ``num_samples`` disagreeing with the data,
+        an empty device.
+    """
+    if labels not in LABEL_MODES:
+        raise ValueError(f"labels must be one of {', '.join(LABEL_MODES)}, got {labels!r}")
+    resolved = Path(path).expanduser().resolve()
+    try:
+        stat = resolved.stat()
+    except FileNotFoundError:
+        raise DataError(f"vehicle data file not found: {resolved}. {_WHERE_FROM}") from None
+    if not resolved.is_file():
+        raise DataError(f"vehicle data path is not a file: {resolved}. {_WHERE_FROM}")
+    return _load_cached(str(resolved), stat.st_mtime_ns, stat.st_size, labels, num_features)
+
+
+@lru_cache(maxsize=8)
+def _load_cached(path: str, mtime_ns: int, size: int, labels: str, num_features: int) -> VehicleData:
+    raw = Path(path).read_bytes()
+    try:
+        content = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise DataError(f"{path}: not a valid JSON file ({err})") from None
+    users, devices = _parse(content, path, num_features)
+    if labels == "zero_one":
+        devices = [(x, (y > 0).astype(np.int64)) for x, y in devices]
+    for x, y in devices:
+        x.setflags(write=False)
+        y.setflags(write=False)
+    return VehicleData(
+        path=path,
+        sha256=hashlib.sha256(raw).hexdigest(),
+        users=tuple(users),
+        devices=tuple(devices),
+        labels=labels,
+    )
+
+
+def _parse(content: Any, path: str, num_features: int) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray]]]:
+    """Validate the decoded JSON; return user ids and per-device (x float32, y int64 in {-1, +1})."""
+    if not isinstance(content, dict):
+        raise DataError(f"{path}: expected a JSON object with keys 'users' and 'user_data', got {type(content).__name__}")
+    for key in ("users", "user_data"):
+        if key not in content:
+            raise DataError(f"{path}: missing key {key!r} (expected 'users', 'user_data' and optionally 'num_samples')")
+    users, user_data = content["users"], content["user_data"]
+    if not isinstance(users, list) or not all(isinstance(u, str) for u in users) or not users:
+        raise DataError(f"{path}: 'users' must be a non-empty list of device ids")
+    if len(set(users)) != len(users):
+        raise DataError(f"{path}: 'users' lists a device id more than once")
+    if not isinstance(user_data, dict):
+        raise DataError(f"{path}: 'user_data' must be an object mapping device ids to {{'x': ..., 'y': ...}}")
+    devices = []
+    for k, user in enumerate(users):
+        name = f"device {k} ({user!r})"
+        if user not in user_data:
+            raise DataError(f"{path}: {name} is listed in 'users' but has no entry in 'user_data'")
+        entry = user_data[user]
+        if not isinstance(entry, dict):
+            raise DataError(f"{path}: user_data of {name} must be an object with keys 'x' and 'y'")
+        for key in ("x", "y"):
+            if key not in entry:
+                raise DataError(f"{path}: {name} has no key {key!r} in user_data")
+            if not isinstance(entry[key], list):
+                raise DataError(f"{path}: {name}: {key!r} must be a list")
+        if len(entry["x"]) != len(entry["y"]):
+            raise DataError(f"{path}: {name} has {len(entry['x'])} samples in 'x' but {len(entry['y'])} labels in 'y'")
+        if not entry["y"]:
+            raise DataError(f"{path}: {name} has no samples")
+        devices.append((_features(entry["x"], path, name, num_features), _labels(entry["y"], path, name)))
+    if "num_samples" in content:
+        _check_num_samples(content["num_samples"], users, devices, path)
+    return users, devices
+
+
+def _features(rows: list[Any], path: str, name: str, num_features: int) -> np.ndarray:
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != num_features:
+            got = f"{len(row)} features" if isinstance(row, list) else type(row).__name__
+            raise DataError(f"{path}: {name}, sample {i}: expected {num_features} features, got {got}")
+    try:
+        x = np.array(rows, dtype=np.float64).reshape(len(rows), num_features)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: {name}: features must be numbers") from None
+    if not np.isfinite(x).all():
+        i = int(np.argwhere(~np.isfinite(x))[0, 0])
+        raise DataError(f"{path}: {name}, sample {i}: features must be finite numbers")
+    return x.astype(np.float32)
+
+
+def _labels(values: list[Any], path: str, name: str) -> np.ndarray:
+    y = np.empty(len(values), dtype=np.int64)
+    for i, value in enumerate(values):
+        label = value[0] if isinstance(value, list) and len(value) == 1 else value
+        if isinstance(label, bool) or not isinstance(label, (int, float)) or label not in (-1, 1):
+            raise DataError(f"{path}: {name}, sample {i}: label {value!r} is not -1 or +1")
+        y[i] = int(label)
+    return y
+
+
+def _check_num_samples(num_samples: Any, users: list[str], devices: list[tuple[np.ndarray, np.ndarray]], path: str) -> None:
+    if not isinstance(num_samples, list) or len(num_samples) != len(users):
+        length = len(num_samples) if isinstance(num_samples, list) else type(num_samples).__name__
+        raise DataError(f"{path}: 'num_samples' must list one count per user ({len(users)}), got {length}")
+    for k, (count, user, (_, y)) in enumerate(zip(num_samples, users, devices, strict=True)):
+        if count != len(y):
+            raise DataError(f"{path}: num_samples[{k}] = {count!r} but device {k} ({user!r}) has {len(y)} samples")
+
