@@ -1,0 +1,227 @@
+"""Models with per-sample losses: linear SVM, softmax regression, one-hidden-layer MLP.
+
+Every model is a :class:`TermModel`: ``forward(x)`` gives scores, and the
+loss is exposed *per sample* (``per_sample_loss``) so that training can tilt
+it (TERM's sample-level tilt, see :func:`term_fl.training.tilted_mean`).
+Labels are ``int64`` class indices ``0..C-1``; the linear SVM maps 0/1 to
+-1/+1 inside its loss.
+
+The L2 term lives in the model (``penalty()``, ``(l2 / 2) * sum ||W||^2``
+over the weight matrices, never the biases) so that the SVM is the usual
+regularised hinge-loss objective; :func:`build_model` gives it to the SVM
+only (the softmax models of the papers are unregularised; their classes
+still accept ``l2``). ``train(..., weight_decay=...)`` is a separate,
+optimiser-side decay on every parameter.
+
+The linear models start at zero (their objectives are convex); the MLP
+starts from PyTorch's default ``nn.Linear`` initialisation drawn from a
+local ``torch.Generator`` seeded with ``seed``, so building a model never
+touches the global RNG.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+MODEL_NAMES = ("linear_svm", "logreg", "mlp")
+
+
+class TermModel(nn.Module):
+    """Base class: scores, per-sample loss, prediction and L2 penalty.
+
+    Subclasses define ``forward``. The defaults here are those of a
+    ``C``-class softmax model: cross-entropy per sample and argmax
+    prediction.
+
+    Parameters
+    ----------
+    num_features : int
+        Input dimension ``d``.
+    num_classes : int
+        Number of classes ``C``; labels are ``0..C-1``.
+    l2 : float
+        Coefficient of ``penalty() = (l2 / 2) * sum ||W||^2`` over the weight
+        matrices (parameters named ``*weight``), biases excluded. 0 disables it.
+    """
+
+    def __init__(self, num_features: int, num_classes: int, l2: float) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.num_classes = num_classes
+        self.l2 = l2
+
+    def per_sample_loss(self, scores: Tensor, y: Tensor) -> Tensor:
+        """Cross-entropy of each sample: ``Tensor[n]``, ``y`` int64 class indices."""
+        return F.cross_entropy(scores, y, reduction="none")
+
+    def predict(self, scores: Tensor) -> Tensor:
+        """Predicted class index of each sample: ``Tensor[n]`` int64."""
+        return scores.argmax(dim=1)
+
+    def penalty(self) -> Tensor:
+        """``(l2 / 2) * sum ||W||^2`` over the weight matrices (a 0-dim tensor; 0 if ``l2 == 0``)."""
+        weights = [p for name, p in self.named_parameters() if name.endswith("weight")]
+        if self.l2 == 0.0:
+            return torch.zeros((), dtype=weights[0].dtype, device=weights[0].device)
+        return (self.l2 / 2.0) * sum(w.pow(2).sum() for w in weights)
+
+
+class LinearSVM(TermModel):
+    """Binary linear SVM: score ``s = w.x + b``, hinge loss ``max(0, 1 - y_pm s)``.
+
+    ``y_pm = 2 y - 1`` maps the class indices 0/1 to -1/+1; the prediction
+    is class 1 where ``s > 0``. Scores have shape ``(n,)``. Starts at zero.
+    """
+
+    def __init__(self, num_features: int, l2: float = 1e-3) -> None:
+        super().__init__(num_features, 2, l2)
+        self.linear = _zero_linear(num_features, 1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(x).squeeze(-1)
+
+    def per_sample_loss(self, scores: Tensor, y: Tensor) -> Tensor:
+        y_pm = 2.0 * y.to(scores.dtype) - 1.0
+        return torch.clamp(1.0 - y_pm * scores, min=0.0)
+
+    def predict(self, scores: Tensor) -> Tensor:
+        return (scores > 0).long()
+
+
+class LogisticRegression(TermModel):
+    """Multinomial logistic (softmax) regression: ``C`` logits ``W x + b``. Starts at zero."""
+
+    def __init__(self, num_features: int, num_classes: int, l2: float = 0.0) -> None:
+        super().__init__(num_features, num_classes, l2)
+        self.linear = _zero_linear(num_features, num_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.linear(x)
+
+
+class MLP(TermModel):
+    """One hidden ReLU layer of width ``hidden``, then ``C`` logits.
+
+    Initialised like PyTorch's ``nn.Linear`` from a local generator seeded with ``seed``.
+    """
+
+    def __init__(self, num_features: int, num_classes: int, hidden: int = 64, l2: float = 0.0, seed: int = 0) -> None:
+        super().__init__(num_features, num_classes, l2)
+        generator = torch.Generator().manual_seed(int(seed))
+        self.hidden = _seeded_linear(num_features, hidden, generator)
+        self.output = _seeded_linear(hidden, num_classes, generator)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.output(torch.relu(self.hidden(x)))
+
+
+def _zero_linear(in_features: int, out_features: int) -> nn.Linear:
+    """An ``nn.Linear`` at zero (built without drawing from the global RNG)."""
+    layer = nn.utils.skip_init(nn.Linear, in_features, out_features)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.zero_()
+    return layer
+
+
+def _seeded_linear(in_features: int, out_features: int, generator: torch.Generator) -> nn.Linear:
+    """An ``nn.Linear`` with PyTorch's default initialisation, drawn from ``generator``."""
+    layer = nn.utils.skip_init(nn.Linear, in_features, out_features)
+    with torch.no_grad():
+        nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
+        bound = 1.0 / math.sqrt(in_features)
+        nn.init.uniform_(layer.bias, -bound, bound, generator=generator)
+    return layer
+
+
+def build_model(
+    name: str,
+    num_features: int,
+    num_classes: int,
+    *,
+    hidden: int = 64,
+    l2: float = 1e-3,
+    seed: int = 0,
+) -> TermModel:
+    """Build a model with a deterministic initialisation (CPU, float32).
+
+    Parameters
+    ----------
+    name : {"linear_svm", "logreg", "mlp"}
+        ``linear_svm`` is binary (``num_classes`` must be 2).
+    num_features : int
+        Input dimension, at least 1.
+    num_classes : int
+        Number of classes, at least 2.
+    hidden : int, default 64
+        Width of the MLP's hidden layer (ignored by the linear models).
+    l2 : float, default 1e-3
+        The linear SVM's L2 coefficient: ``penalty() = (l2 / 2) ||w||^2``
+        (bias excluded), >= 0. ``logreg`` and ``mlp`` get no penalty and
+        ignore it (use ``train``'s ``weight_decay`` to regularise them).
+    seed : int, default 0
+        Seed of the MLP's initialisation, drawn from a local
+        ``torch.Generator`` (the global RNG state is left untouched). The
+        linear models start at zero, so the seed does not change them.
+    """
+    if name not in MODEL_NAMES:
+        raise ValueError(f"Unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}.")
+    if num_features < 1:
+        raise ValueError(f"num_features must be >= 1, got {num_features}.")
+    if num_classes < 2:
+        raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
+    if name == "linear_svm" and num_classes != 2:
+        raise ValueError(
+            f"linear_svm is a binary classifier: num_classes must be 2, got {num_classes}. "
+            "Use 'logreg' or 'mlp' for more classes."
+        )
+    if name == "linear_svm":
+        l2 = float(l2)
+        if not (math.isfinite(l2) and l2 >= 0.0):
+            raise ValueError(f"l2 must be a finite number >= 0, got {l2}.")
+        return LinearSVM(num_features, l2)
+    if name == "logreg":
+        return LogisticRegression(num_features, num_classes)
+    if hidden < 1:
+        raise ValueError(f"hidden must be >= 1, got {hidden}.")
+    return MLP(num_features, num_classes, hidden, seed=seed)
+
+
+def get_weights(model: nn.Module) -> dict[str, np.ndarray]:
+    """The model's state as float32 numpy copies on the CPU, in ``state_dict`` order."""
+    return {
+        key: np.array(value.detach().cpu().numpy(), dtype=np.float32, copy=True)
+        for key, value in model.state_dict().items()
+    }
+
+
+def set_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
+    """Copy ``weights`` (as from :func:`get_weights`) into ``model``, in place.
+
+    The keys must match the model's ``state_dict`` exactly and every shape
+    must agree; values are cast to the model's dtype and device.
+    """
+    state = model.state_dict()
+    missing = [key for key in state if key not in weights]
+    extra = [key for key in weights if key not in state]
+    if missing or extra:
+        raise ValueError(
+            f"Weights do not match the model's parameters: missing keys {missing}, "
+            f"unexpected keys {extra}; expected exactly {list(state)}."
+        )
+    tensors = {}
+    for key, target in state.items():
+        value = torch.as_tensor(np.asarray(weights[key]))
+        if tuple(value.shape) != tuple(target.shape):
+            raise ValueError(
+                f"Shape mismatch for {key!r}: the model expects {tuple(target.shape)}, "
+                f"got {tuple(value.shape)}."
+            )
+        tensors[key] = value
+    model.load_state_dict(tensors, strict=True)
