@@ -1,0 +1,5 @@
+import sys
+
+from term_fl.cli import main
+
+sys.exit(main())

@@ -1,0 +1,139 @@
+"""``term-fl``: run scenarios, sweeps, and look at their results."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from term_fl.config import ConfigError, load_scenario, parse_overrides
+
+DEFAULT_DB_ENV = "TERM_FL_DB"
+
+
+def default_db() -> Path:
+    return Path(os.environ.get(DEFAULT_DB_ENV, "runs/results.db")).expanduser().resolve()
+
+
+def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> None:
+    if config_required:
+        p.add_argument("config", help="scenario TOML file (configs/*.toml)")
+    else:
+        p.add_argument("config", nargs="?", help="scenario TOML file (default: the embedded Synthetic(1, 1) scenario)")
+    p.add_argument("--rounds", type=int, help="shortcut for --set run.rounds=N")
+    p.add_argument("--seed", type=int, help="shortcut for --set run.seed=S")
+    p.add_argument("--engine", choices=["flower", "inprocess"], help="shortcut for --set run.engine=E")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
+    p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")
+    p.add_argument("--db", type=Path, help=f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)")
+    p.add_argument("-v", "--verbose", action="store_true", help="show Flower's and Ray's logs")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="term-fl", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run one scenario (one strategy, one seed)")
+    _add_scenario_args(run, config_required=False)
+    sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells")
+    _add_scenario_args(sweep, config_required=False)
+    runs = sub.add_parser("runs", help="list the runs in the results store")
+    runs.add_argument("--db", type=Path)
+    runs.add_argument("--scenario")
+    return parser
+
+
+def resolve_overrides(args: argparse.Namespace) -> dict:
+    overrides = parse_overrides(args.overrides)
+    for key, value in (("run.rounds", args.rounds), ("run.seed", args.seed), ("run.engine", args.engine)):
+        if value is not None:
+            overrides[key] = value
+    return overrides
+
+
+def _quiet_logs(verbose: bool) -> None:
+    import flwr.common.logger  # noqa: F401  (configures the "flwr" logger on import)
+
+    level = logging.INFO if verbose else logging.WARNING
+    logging.getLogger("flwr").setLevel(level)
+    logging.getLogger("term_fl").setLevel(level)
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from term_fl.console import RoundPrinter, fairness_table, make_console
+    from term_fl.results import ResultsStore
+    from term_fl.runner import run_one
+
+    scenario = load_scenario(args.config, resolve_overrides(args))
+    console = make_console()
+    db = (args.db or default_db()).resolve()
+    console.print(
+        f"[bold]term-fl run[/] scenario [cyan]{scenario.name}[/]: {scenario.strategy.name} "
+        f"{scenario.strategy_params()} seed {scenario.run.seed}, {scenario.run.rounds} rounds, "
+        f"engine {scenario.run.engine}"
+    )
+    with ResultsStore(db) as store:
+        recorder = run_one(scenario, store, out_dir=args.out, on_round=RoundPrinter(console))
+    summary = recorder.summary or {}
+    console.print(fairness_table(f"{scenario.name}: {scenario.strategy.name}, last round",
+                                 {"test": summary.get("test"), "validation": summary.get("validation")}))
+    console.print(f"run {summary.get('run_id')} {summary.get('status')}: {recorder.run_dir}  (store: {db})")
+    return 0 if summary.get("status") == "finished" else 1
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from term_fl.sweep import run_sweep
+
+    scenario = load_scenario(args.config, resolve_overrides(args))
+    if not scenario.sweep:
+        raise ConfigError(
+            f"scenario {scenario.name!r} has no [sweep] table; add one such as "
+            '"strategy.name" = ["fedavg", "qffl", "term"] and "run.seed" = [0, 1, 2]'
+        )
+    db = (args.db or default_db()).resolve()
+    explicit_engine = args.engine is not None or any(o.startswith("run.engine=") for o in args.overrides)
+    return run_sweep(scenario, db=db, out_dir=args.out, engine=None if explicit_engine else "inprocess")
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from term_fl.console import make_console
+    from term_fl.results import ResultsStore
+
+    db = (args.db or default_db()).resolve()
+    store = ResultsStore.open_readonly(db)
+    table = Table(title=f"runs in {db}")
+    for col in ("run id", "scenario", "strategy", "seed", "status", "rounds", "test average", "worst 10%"):
+        table.add_column(col)
+    for run in store.list_runs(scenario=args.scenario):
+        test = (run.summary or {}).get("test") or {}
+        table.add_row(run.run_id, run.scenario, run.strategy, str(run.seed), run.status,
+                      f"{run.rounds_completed}/{run.rounds_planned}",
+                      f"{test.get('pooled_mean', float('nan')):.4f}", f"{test.get('worst_10', float('nan')):.4f}")
+    make_console().print(table)
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    _quiet_logs(getattr(args, "verbose", False))
+    try:
+        return COMMANDS[args.command](args)
+    except ConfigError as exc:
+        print(f"term-fl: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("term-fl: interrupted; completed rounds are in the results store", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

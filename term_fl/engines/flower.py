@@ -1,0 +1,115 @@
+"""Flower's Simulation Engine (Ray) driving the shared server loop.
+
+``run_flower_simulation`` starts a private Ray instance (own temp folder, no
+usage stats, no dashboard), runs ``term_fl.federation.run_federation`` as the
+ServerApp and ``term_fl.client_app.app`` on ``num_nodes`` virtual
+SuperNodes, and shuts Ray down afterwards, whatever happened, so nothing is
+left running.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from flwr.app import Context
+from flwr.serverapp import Grid, ServerApp
+
+from term_fl.client_app import app as client_app
+from term_fl.config import Scenario
+from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
+
+log = logging.getLogger("term_fl")
+
+QUIET_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "RAY_DEDUP_LOGS": "0",
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+}
+
+
+def cuda_device_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def client_resources(scenario: Scenario) -> dict[str, float]:
+    """Resources of one virtual client: from the scenario, else from the machine.
+
+    On a machine without a GPU no GPU is requested (asking for a fraction of a
+    GPU there leaves Ray's actor pool empty); with GPUs, four clients share one.
+    """
+    gpus = cuda_device_count()
+    num_gpus = scenario.resources.num_gpus
+    if num_gpus is None:
+        num_gpus = 0.25 if gpus and scenario.client.device != "cpu" else 0.0
+    if num_gpus > 0 and not gpus:
+        raise FederationError(
+            f"resources.num_gpus = {num_gpus} but this machine has no CUDA GPU; set it to 0"
+        )
+    num_cpus = scenario.resources.num_cpus or 1.0
+    return {"num_cpus": float(num_cpus), "num_gpus": float(num_gpus)}
+
+
+def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
+    cores = os.cpu_count() or 1
+    return {
+        "client_resources": client_resources(scenario),
+        "init_args": {
+            "num_cpus": cores,
+            "num_gpus": cuda_device_count(),
+            "include_dashboard": False,
+            "_temp_dir": ray_temp_dir,
+            "logging_level": logging.ERROR,
+            "log_to_driver": True,
+        },
+    }
+
+
+def run_flower_simulation(
+    scenario: Scenario,
+    num_nodes: int,
+    recorder: Recorder | None = None,
+    *,
+    on_round: Callable[[RoundRecord, int], None] | None = None,
+) -> FederationResult:
+    """Run a scenario in Flower's Simulation Engine and return the server loop's result."""
+    import ray
+    from flwr.simulation import run_simulation
+
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    outcome: dict[str, Any] = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        try:
+            outcome["result"] = run_federation(grid, scenario, recorder, on_round=on_round)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            outcome["error"] = exc
+
+    ray_temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    try:
+        run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=num_nodes,
+            backend_config=backend_config(scenario, ray_temp_dir),
+        )
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(ray_temp_dir, ignore_errors=True)
+    if "error" in outcome:
+        raise outcome["error"]
+    if "result" not in outcome:
+        raise FederationError("the Flower simulation ended without running the server loop (see the log above)")
+    return outcome["result"]

@@ -1,0 +1,110 @@
+"""The in-process engine: a Grid that hands Messages straight to the ClientApp.
+
+Same server loop (term_fl.federation), same strategies, same ClientApp as
+the Flower engines; only the transport differs: no Ray, no SuperLink, no
+serialisation. Node ids are random, as Flower's are, so the server must
+sample by partition-id to be reproducible, exactly as with Flower.
+
+Replies are computed when messages are pushed, one client at a time, with
+``torch.set_num_threads(1)`` as in Flower's virtual clients; a client that
+raises becomes an error reply, as in Flower's Simulation Engine.
+"""
+
+from __future__ import annotations
+
+import secrets
+import traceback
+from collections.abc import Iterable
+from uuid import uuid4
+
+import torch
+from flwr.app import Context, Error, Message, RecordDict
+from flwr.clientapp import ClientApp
+from flwr.serverapp import Grid
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+CLIENT_APP_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
+
+
+class InProcessGrid(Grid):
+    """A Grid over ``num_nodes`` virtual nodes that run ``client_app`` in this process."""
+
+    def __init__(self, client_app: ClientApp, num_nodes: int, node_ids: Iterable[int] | None = None) -> None:
+        if num_nodes < 1:
+            raise ValueError(f"num_nodes must be >= 1 (got {num_nodes})")
+        ids = list(node_ids) if node_ids is not None else _random_node_ids(num_nodes)
+        if len(ids) != num_nodes or len(set(ids)) != num_nodes:
+            raise ValueError("node_ids must hold num_nodes distinct ids")
+        self._client_app = client_app
+        self._run = Run.create_empty(run_id=secrets.randbits(63))
+        self._contexts = {
+            node_id: Context(
+                run_id=self._run.run_id,
+                node_id=node_id,
+                node_config={"partition-id": pid, "num-partitions": num_nodes},
+                state=RecordDict(),
+                run_config={},
+            )
+            for pid, node_id in enumerate(ids)
+        }
+        self._replies: dict[str, Message] = {}
+        # Messages take their run and source from the process's task identity,
+        # as in a ServerApp process started by Flower.
+        TaskIdentity.task_id = 1
+        TaskIdentity.run_id = self._run.run_id
+        TaskIdentity.node_id = SUPERLINK_NODE_ID
+
+    # -- Grid API -----------------------------------------------------------
+    def set_run(self, run: Run) -> None:  # noqa: D102
+        self._run = run
+
+    @property
+    def run(self) -> Run:  # noqa: D102
+        return self._run
+
+    def create_message(  # noqa: D102
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
+    ) -> Message:
+        return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:  # noqa: D102
+        return list(self._contexts)
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
+        ids = []
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            for msg in messages:
+                msg.metadata.__dict__["_message_id"] = str(uuid4())
+                self._replies[msg.metadata.message_id] = self._deliver(msg)
+                ids.append(msg.metadata.message_id)
+        finally:
+            torch.set_num_threads(threads)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
+        return [self._replies.pop(mid) for mid in message_ids if mid in self._replies]
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:  # noqa: D102
+        return self.pull_messages(self.push_messages(messages))
+
+    # -- delivery -------------------------------------------------------------
+    def _deliver(self, msg: Message) -> Message:
+        context = self._contexts.get(msg.metadata.dst_node_id)
+        if context is None:
+            return Message(Error(code=CLIENT_APP_EXCEPTION, reason=f"unknown node {msg.metadata.dst_node_id}"), reply_to=msg)
+        try:
+            return self._client_app(msg, context)
+        except Exception as exc:  # a failing client becomes an error reply, as in Flower
+            reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+            return Message(Error(code=CLIENT_APP_EXCEPTION, reason=reason), reply_to=msg)
+
+
+def _random_node_ids(n: int) -> list[int]:
+    ids: set[int] = set()
+    while len(ids) < n:
+        ids.add(secrets.randbits(63) or 1)
+    return list(ids)

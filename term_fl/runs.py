@@ -1,0 +1,188 @@
+"""Run directories, summary.json and the recorder that feeds the results store.
+
+A run directory holds ``config.json`` (the resolved scenario), ``summary.json``
+(DESIGN.md's contract) and ``model.pt`` (the final global model as a torch
+state dict, loadable with :func:`load_model`). Every round goes to the
+SQLite results store in one transaction as it completes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import term_fl
+from term_fl.client_app import dataset_for, model_for
+from term_fl.config import Scenario, config_hash
+from term_fl.federation import FederationResult, Recorder, RoundRecord
+from term_fl.models import TermModel, set_weights
+from term_fl.results import ResultsStore
+
+SPLIT_KEYS = {"val": "validation", "test": "test"}
+
+
+def new_run_id(scenario: Scenario) -> str:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{stamp}-{scenario.name}-{scenario.strategy.name}-s{scenario.run.seed}-{np.random.default_rng().integers(16**4):04x}"
+
+
+def versions() -> dict[str, str]:
+    import flwr
+
+    return {"term-fl": term_fl.__version__, "flwr": flwr.__version__, "torch": torch.__version__, "numpy": np.__version__}
+
+
+def git_commit() -> str | None:
+    """The commit of the term-fl checkout, when it runs from one."""
+    root = Path(term_fl.__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def build_summary(
+    scenario: Scenario,
+    *,
+    run_id: str,
+    status: str,
+    rounds_completed: int,
+    last: RoundRecord | None,
+    data: dict[str, Any],
+    wall_time_s: float,
+    error: str | None = None,
+) -> dict[str, Any]:
+    """summary.json of a run (DESIGN.md, 'Contracts': summary.json)."""
+    summary: dict[str, Any] = {
+        "run_id": run_id,
+        "name": scenario.run_name,
+        "status": status,
+        "scenario": scenario.name,
+        "engine": scenario.run.engine,
+        "strategy": {"name": scenario.strategy.name, **scenario.strategy_params()},
+        "seed": scenario.run.seed,
+        "rounds_planned": scenario.run.rounds,
+        "rounds_completed": rounds_completed,
+        "config_hash": config_hash(scenario),
+    }
+    for split, key in SPLIT_KEYS.items():
+        summary[key] = (last.stats.get(split) if last else None) or None
+    if last is not None and scenario.strategy.name == "term":
+        summary["tilted_weights"] = {str(k): v for k, v in sorted(last.tilted_weights.items())}
+        summary["running_estimate"] = last.running_estimate
+    summary.update(
+        versions=versions(), git_commit=git_commit(), data=data, wall_time_s=round(wall_time_s, 3)
+    )
+    if error:
+        summary["error"] = error
+    return summary
+
+
+def data_record(scenario: Scenario, metadata: dict[str, Any]) -> dict[str, Any]:
+    record = {"name": scenario.data.name, "path": scenario.data.path, "sha256": metadata.get("sha256")}
+    if metadata.get("noise"):
+        record["noise"] = metadata["noise"]
+    return record
+
+
+class RunRecorder(Recorder):
+    """Writes one run to its directory and to the results store."""
+
+    def __init__(self, store: ResultsStore, run_dir: Path, *, run_id: str | None = None) -> None:
+        self.store = store
+        self.run_dir = Path(run_dir)
+        self.run_id = run_id
+        self.summary: dict[str, Any] | None = None
+        self._scenario: Scenario | None = None
+        self._data: dict[str, Any] = {}
+        self._start = time.perf_counter()
+        self._last: RoundRecord | None = None
+        self._completed = 0
+
+    def start(self, scenario: Scenario, dataset_metadata: dict[str, Any]) -> None:
+        self._scenario = scenario
+        self._start = time.perf_counter()
+        self._data = data_record(scenario, dataset_metadata)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.json").write_text(json.dumps(scenario.model_dump(), indent=2) + "\n")
+        self.run_id = self.store.create_run(
+            run_id=self.run_id or new_run_id(scenario),
+            name=scenario.run_name,
+            scenario=scenario.name,
+            engine=scenario.run.engine,
+            strategy=scenario.strategy.name,
+            strategy_params=scenario.strategy_params(),
+            seed=scenario.run.seed,
+            config_hash=config_hash(scenario),
+            config=scenario.model_dump(),
+            data=self._data,
+            rounds_planned=scenario.run.rounds,
+            run_dir=str(self.run_dir),
+        )
+
+    def record_round(self, record: RoundRecord) -> None:
+        self.store.record_round(
+            self.run_id,
+            record.server_round,
+            train_rows=record.train_rows,
+            eval_rows=record.eval_rows,
+            stats=record.stats,
+            status=record.status,
+            running_estimate=record.running_estimate,
+            duration_s=record.duration_s,
+            excluded=record.excluded,
+        )
+        self._last = record
+        self._completed = record.server_round
+
+    def finish(self, status: str, result: FederationResult | None, error: str | None = None) -> None:
+        assert self._scenario is not None and self.run_id is not None
+        if result is not None:
+            save_model(self.run_dir / "model.pt", result)
+        self.summary = build_summary(
+            self._scenario,
+            run_id=self.run_id,
+            status=status,
+            rounds_completed=self._completed,
+            last=self._last,
+            data=self._data,
+            wall_time_s=time.perf_counter() - self._start,
+            error=error,
+        )
+        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2, default=_json_default) + "\n")
+        self.store.finish_run(self.run_id, status, summary=self.summary, error=error)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
+
+
+def save_model(path: Path, result: FederationResult) -> None:
+    state = {k: torch.from_numpy(np.array(v.numpy(), copy=True)) for k, v in result.arrays.items()}
+    torch.save(state, path)
+
+
+def load_model(run_dir: str | Path) -> TermModel:
+    """The final global model of a run directory, ready for inference."""
+    run_dir = Path(run_dir)
+    for name in ("config.json", "model.pt"):
+        if not (run_dir / name).is_file():
+            raise FileNotFoundError(f"{run_dir / name} does not exist: is {run_dir} a finished term-fl run directory?")
+    scenario = Scenario.model_validate_json((run_dir / "config.json").read_text())
+    model = model_for(scenario, dataset_for(scenario))
+    state = torch.load(run_dir / "model.pt", weights_only=True)
+    set_weights(model, {k: v.numpy() for k, v in state.items()})
+    model.eval()
+    return model

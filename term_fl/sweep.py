@@ -1,0 +1,140 @@
+"""``term-fl sweep``: run a scenario's grid resumably and write the comparison.
+
+Each cell of the ``[sweep]`` grid is one run with its own directory under the
+sweep's output folder (named by the cell's overrides). A cell whose
+directory already holds a finished ``summary.json`` of the same settings is
+not run again, so an interrupted sweep resumes where it stopped by running
+the same command. At the end, ``comparison.csv`` and ``comparison.json``
+hold mean and standard error over seeds per cell, and the t / q chosen on
+the validation split with its test statistics.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from term_fl.comparison import group_cells, select_by_validation
+from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
+from term_fl.console import RoundPrinter, make_console
+from term_fl.results import ResultsStore
+from term_fl.runner import DEFAULT_RUNS_DIR, run_one
+
+TABLE_COLUMNS = (("test.pooled_mean", "average"), ("test.worst_10", "worst 10%"),
+                 ("test.best_10", "best 10%"), ("test.std", "std"))
+
+
+def cell_dirname(overrides: dict[str, Any]) -> str:
+    """A readable, filesystem-safe folder name for a cell, e.g. 'strategy.name=term_run.seed=1'."""
+    text = "_".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+    return re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
+
+
+def finished_summary(cell_dir: Path, scenario: Scenario) -> dict[str, Any] | None:
+    """The summary of a finished run of exactly these settings in ``cell_dir``, else None."""
+    path = cell_dir / "summary.json"
+    if not path.is_file():
+        return None
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    same = summary.get("config_hash") == config_hash(scenario) and summary.get("seed") == scenario.run.seed
+    return summary if same and summary.get("status") == "finished" else None
+
+
+def run_sweep(
+    scenario: Scenario,
+    *,
+    db: Path,
+    out_dir: Path | None = None,
+    engine: str | None = "inprocess",
+    console: Console | None = None,
+) -> int:
+    """Run (or resume) every cell, then write and print the comparison. Returns an exit code."""
+    console = console or make_console()
+    if engine is not None:
+        scenario = with_overrides(scenario, {"run.engine": engine})
+    out_dir = (Path(out_dir) if out_dir else DEFAULT_RUNS_DIR / f"sweep-{scenario.name}").resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cells = sweep_cells(scenario)
+    console.print(
+        f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} -> {out_dir}"
+    )
+    summaries: list[dict[str, Any]] = []
+    failed = 0
+    start = time.perf_counter()
+    with ResultsStore(db) as store:
+        for i, (overrides, cell) in enumerate(cells, start=1):
+            cell_dir = out_dir / cell_dirname(overrides)
+            label = f"[cell {i}/{len(cells)}] {cell_dirname(overrides)}"
+            done = finished_summary(cell_dir, cell)
+            if done is not None:
+                console.print(f"{label}: already finished, skipped")
+                summaries.append(done)
+                continue
+            try:
+                recorder = run_one(cell, store, out_dir=cell_dir, on_round=_every_tenth(RoundPrinter(console, label)))
+            except Exception as exc:  # one failing cell does not lose the others
+                failed += 1
+                console.print(f"{label}: [bold red]failed[/]: {type(exc).__name__}: {exc}")
+                continue
+            summaries.append(recorder.summary or {})
+    wall = time.perf_counter() - start
+    rows = group_cells(s for s in summaries if s.get("status") == "finished")
+    sel = scenario.selection
+    chosen = select_by_validation(rows, objective=sel.objective, max_mean_drop=sel.max_mean_drop)
+    write_comparison(out_dir, rows, chosen, wall)
+    console.print(comparison_table(scenario.name, rows, chosen))
+    for name, c in chosen.items():
+        console.print(f"chosen for {name}: [bold]{c['cell']}[/] ({c['rule']})")
+    console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}")
+    return 0 if failed == 0 else 1
+
+
+def _every_tenth(printer: RoundPrinter):
+    def on_round(record, rounds):
+        if record.server_round == rounds or record.server_round % 10 == 0 or record.status != "ok":
+            printer(record, rounds)
+
+    return on_round
+
+
+def write_comparison(out_dir: Path, rows: list[dict[str, Any]], chosen: dict[str, Any], wall_s: float) -> None:
+    (out_dir / "comparison.json").write_text(
+        json.dumps({"cells": rows, "selection": chosen, "wall_time_s": round(wall_s, 2)}, indent=2) + "\n"
+    )
+    chosen_hashes = {c["config_hash"] for c in chosen.values()}
+    fields = [k for k in rows[0] if k != "run_ids"] + ["chosen"] if rows else ["cell"]
+    with (out_dir / "comparison.csv").open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for row in rows:
+            writer.writerow({**row, "seeds": " ".join(map(str, row["seeds"])),
+                             "chosen": int(row["config_hash"] in chosen_hashes)})
+
+
+def _pm(row: dict[str, Any], key: str) -> str:
+    se = row.get(f"{key}.se")
+    return f"{row[key]:.4f}" + (f" ± {se:.4f}" if se is not None else "")
+
+
+def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, Any]) -> Table:
+    table = Table(title=f"{title}: test split, mean ± standard error over seeds")
+    table.add_column("cell")
+    table.add_column("seeds", justify="right")
+    for _, label in TABLE_COLUMNS:
+        table.add_column(label, justify="right")
+    chosen_hashes = {c["config_hash"] for c in chosen.values()}
+    for row in rows:
+        mark = " *" if row["config_hash"] in chosen_hashes else ""
+        table.add_row(row["cell"] + mark, str(row["n"]), *(_pm(row, k) for k, _ in TABLE_COLUMNS))
+    table.caption = "* chosen on the validation split" if chosen else None
+    return table
