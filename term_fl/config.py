@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 VEHICLE_DATA_ENV = "TERM_FL_VEHICLE_DATA"
 DEFAULT_SCENARIO = "default"
+SWEEP_CELLS_KEY = "cells"  # [sweep] key holding a list of variants (inline tables)
 
 
 class ConfigError(ValueError):
@@ -280,15 +281,30 @@ def set_dotted(raw: dict[str, Any], key: str, value: Any) -> None:
 
 
 def _check_sweep_keys(sweep: Mapping[str, Any], *, source: str) -> None:
+    variants = sweep.get(SWEEP_CELLS_KEY, [{}])
+    if not isinstance(variants, list) or not variants or not all(isinstance(v, dict) for v in variants):
+        raise ConfigError(
+            f"invalid {source}: sweep.cells must be a non-empty list of inline tables of dotted keys, "
+            'e.g. [{ "strategy.name" = "fedavg" }, { "strategy.name" = "term", "strategy.t" = -1 }]'
+        )
+    for variant in variants:
+        for key in variant:
+            _check_sweep_key(key, source)
     for key, values in sweep.items():
-        if key.startswith("sweep") or key.startswith("selection"):
-            raise ConfigError(f"sweep.{key}: cannot sweep over the sweep or selection tables")
-        try:
-            set_dotted({}, key, None)
-        except ConfigError as exc:
-            raise ConfigError(f"invalid {source}: sweep key {exc}") from None
+        if key == SWEEP_CELLS_KEY:
+            continue
+        _check_sweep_key(key, source)
         if not isinstance(values, list) or not values:
             raise ConfigError(f"invalid {source}: sweep.{key!s} must be a non-empty list (got {values!r})")
+
+
+def _check_sweep_key(key: str, source: str) -> None:
+    if key.startswith("sweep") or key.startswith("selection"):
+        raise ConfigError(f"sweep.{key}: cannot sweep over the sweep or selection tables")
+    try:
+        set_dotted({}, key, None)
+    except ConfigError as exc:
+        raise ConfigError(f"invalid {source}: sweep key {exc}") from None
 
 
 def read_scenario_file(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -371,20 +387,43 @@ def with_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenario
 
 
 def sweep_cells(scenario: Scenario) -> list[tuple[dict[str, Any], Scenario]]:
-    """Expand the ``[sweep]`` grid: one (overrides, scenario) per cell, in a stable order."""
+    """Expand the ``[sweep]`` table into runs: one (overrides, scenario) per cell, in a stable order.
+
+    Every key but ``cells`` maps a dotted key to a list of values, and the
+    grid is their product (the last key varies fastest). ``cells``, when
+    given, is a list of inline tables of dotted overrides (variants such as
+    ``{ "strategy.name" = "term", "strategy.t" = -1 }``), each crossed with
+    that product. Cells whose resolved settings coincide (e.g. FedAvg at
+    different values of the TERM parameter t) run once.
+    """
     if not scenario.sweep:
         return [({}, scenario)]
-    keys = list(scenario.sweep)
-    cells = []
-    for combo in itertools.product(*(scenario.sweep[k] for k in keys)):
-        overrides = dict(zip(keys, combo, strict=True))
-        cells.append((overrides, with_overrides(scenario, overrides)))
+    variants = scenario.sweep.get(SWEEP_CELLS_KEY, [{}])
+    keys = [k for k in scenario.sweep if k != SWEEP_CELLS_KEY]
+    cells: list[tuple[dict[str, Any], Scenario]] = []
+    seen: set[tuple[str, int]] = set()
+    for variant in variants:
+        for combo in itertools.product(*(scenario.sweep[k] for k in keys)):
+            overrides = {**variant, **dict(zip(keys, combo, strict=True))}
+            cell = with_overrides(scenario, overrides)
+            identity = (config_hash(cell), cell.run.seed)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            cells.append((_relevant_overrides(overrides, cell), cell))
     return cells
+
+
+def _relevant_overrides(overrides: dict[str, Any], cell: Scenario) -> dict[str, Any]:
+    """Drop strategy parameters that the cell's strategy does not use (they name its folder)."""
+    used = {f"strategy.{k}" for k in cell.strategy_params()} | {"strategy.name", "strategy.server_lr"}
+    return {k: v for k, v in overrides.items() if not k.startswith("strategy.") or k in used}
 
 
 def config_hash(scenario: Scenario) -> str:
     """Hash of the resolved settings without seeds and names: groups the seeds of one sweep cell."""
     raw = scenario.model_dump()
+    raw["strategy"] = {"name": scenario.strategy.name, **scenario.strategy_params()}
     raw["run"].pop("seed", None)
     raw["run"].pop("name", None)
     raw["data"].pop("seed", None)

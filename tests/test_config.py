@@ -135,3 +135,46 @@ def test_scenario_round_trips_through_json():
 def test_data_seed_defaults_to_run_seed():
     assert load_scenario(None, ["run.seed=7"], environ={}).data_seed == 7
     assert load_scenario(None, ["run.seed=7", "data.seed=3"], environ={}).data_seed == 3
+
+
+def test_sweep_runs_cells_that_resolve_to_the_same_settings_once(tmp_path):
+    """FedAvg ignores t and q: a product grid must not run it once per t and q value."""
+    path = write(
+        tmp_path,
+        '[sweep]\n"strategy.name" = ["fedavg", "qffl", "term"]\n"strategy.q" = [1, 5]\n'
+        '"strategy.t" = [0.1, 1, 10]\n"run.seed" = [0, 1]\n',
+    )
+    cells = sweep_cells(load_scenario(path, environ={}))
+    names = [c.strategy.name for _, c in cells]
+    assert names.count("fedavg") == 2  # 1 cell x 2 seeds
+    assert names.count("qffl") == 2 * 2  # 2 q values x 2 seeds
+    assert names.count("term") == 3 * 2  # 3 t values x 2 seeds
+    fedavg_overrides = [o for o, c in cells if c.strategy.name == "fedavg"]
+    assert all("strategy.t" not in o and "strategy.q" not in o for o in fedavg_overrides)
+
+
+def test_sweep_cells_variants_are_crossed_with_the_grid(tmp_path):
+    path = write(
+        tmp_path,
+        '[sweep]\ncells = [{ "strategy.name" = "fedavg" }, { "strategy.name" = "term", "strategy.t" = -1 },\n'
+        '  { "strategy.name" = "term", "strategy.t" = -1, "client.tau" = -2 }]\n"run.seed" = [0, 1]\n',
+    )
+    cells = sweep_cells(load_scenario(path, environ={}))
+    assert [(c.strategy.name, c.strategy.t if c.strategy.name == "term" else None, c.client.tau, c.run.seed)
+            for _, c in cells] == [
+        ("fedavg", None, 0.0, 0), ("fedavg", None, 0.0, 1),
+        ("term", -1.0, 0.0, 0), ("term", -1.0, 0.0, 1),
+        ("term", -1.0, -2.0, 0), ("term", -1.0, -2.0, 1),
+    ]
+    bad = write(tmp_path, '[sweep]\ncells = [{ "strategy.tt" = 1 }]\n', "bad.toml")
+    with pytest.raises(ConfigError, match=r"strategy\.tt: unknown key"):
+        load_scenario(bad, environ={})
+    not_tables = write(tmp_path, '[sweep]\ncells = [1, 2]\n', "nt.toml")
+    with pytest.raises(ConfigError, match="sweep.cells must be a non-empty list of inline tables"):
+        load_scenario(not_tables, environ={})
+
+
+def test_config_hash_ignores_parameters_the_strategy_does_not_use():
+    a = load_scenario(None, ["strategy.name=fedavg", "strategy.t=1"], environ={})
+    b = load_scenario(None, ["strategy.name=fedavg", "strategy.t=50", "strategy.q=3"], environ={})
+    assert config_hash(a) == config_hash(b)
