@@ -11,6 +11,7 @@ the validation split with its test statistics.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import re
@@ -71,7 +72,7 @@ def run_sweep(
     summaries: list[dict[str, Any]] = []
     failed = 0
     start = time.perf_counter()
-    with ResultsStore(db) as store:
+    with ResultsStore(db) as store, engine_session(scenario):
         for i, (overrides, cell) in enumerate(cells, start=1):
             cell_dir = out_dir / cell_dirname(overrides)
             label = f"[cell {i}/{len(cells)}] {cell_dirname(overrides)}"
@@ -97,6 +98,15 @@ def run_sweep(
         console.print(f"chosen for {name}: [bold]{c['cell']}[/] ({c['rule']})")
     console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}")
     return 0 if failed == 0 else 1
+
+
+def engine_session(scenario: Scenario):
+    """One Ray instance for every cell of a Flower-engine sweep; nothing for the in-process engine."""
+    if scenario.run.engine == "flower":
+        from term_fl.engines.flower import ray_session
+
+        return ray_session(scenario)
+    return contextlib.nullcontext()
 
 
 def _every_tenth(printer: RoundPrinter):

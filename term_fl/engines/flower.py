@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from flwr.app import Context
@@ -73,6 +75,48 @@ def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
     }
 
 
+_session: dict[str, Any] = {}
+
+
+@contextmanager
+def ray_session(scenario: Scenario) -> Iterator[None]:
+    """Keep one Ray instance alive across several simulations (a sweep, a test module).
+
+    Flower 1.42's Ray backend starts Ray only when it is not running, but shuts
+    it down after every simulation; inside this context it only terminates its
+    actors, and Ray is shut down once, at the end. Nested sessions are no-ops.
+    """
+    import ray
+    from flwr.server.superlink.fleet.vce.backend import raybackend
+
+    if _session:
+        yield
+        return
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    original_terminate = raybackend.RayBackend.terminate
+
+    def terminate_actors_only(self: Any) -> None:
+        if self.pool:
+            self.pool.terminate_all_actors()
+
+    try:
+        # The arguments Flower's RayBackend.init_ray would use.
+        pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
+        os.environ["PYTHONPATH"] = pythonpath
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
+        raybackend.RayBackend.terminate = terminate_actors_only
+        _session["temp_dir"] = temp_dir
+        yield
+    finally:
+        raybackend.RayBackend.terminate = original_terminate
+        _session.clear()
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 def run_flower_simulation(
     scenario: Scenario,
     num_nodes: int,
@@ -96,7 +140,8 @@ def run_flower_simulation(
         except BaseException as exc:  # re-raised in the caller's thread below
             outcome["error"] = exc
 
-    ray_temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    in_session = bool(_session)
+    ray_temp_dir = _session.get("temp_dir") or tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
     try:
         run_simulation(
             server_app=server_app,
@@ -105,9 +150,10 @@ def run_flower_simulation(
             backend_config=backend_config(scenario, ray_temp_dir),
         )
     finally:
-        if ray.is_initialized():
-            ray.shutdown()
-        shutil.rmtree(ray_temp_dir, ignore_errors=True)
+        if not in_session:
+            if ray.is_initialized():
+                ray.shutdown()
+            shutil.rmtree(ray_temp_dir, ignore_errors=True)
     if "error" in outcome:
         raise outcome["error"]
     if "result" not in outcome:

@@ -1,0 +1,53 @@
+"""Shared fixtures: small scenarios, a quiet environment for Flower and Ray."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from term_fl.config import Scenario, load_scenario
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_VEHICLE = REPO.parent / "shared" / "data" / "vehicle" / "vehicle_fewshot.json"
+
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
+
+
+def vehicle_path() -> Path | None:
+    """The real vehicle data: $TERM_FL_VEHICLE_DATA, else ../shared beside the repo, else None."""
+    env = os.environ.get("TERM_FL_VEHICLE_DATA")
+    for candidate in (Path(env) if env else None, SHARED_VEHICLE):
+        if candidate is not None and candidate.is_file():
+            return candidate
+    return None
+
+
+SMALL = [
+    "data.num_devices=6",
+    "data.max_samples=60",
+    "data.train_fraction=0.6",
+    "data.val_fraction=0.2",
+    "data.test_fraction=0.2",
+    "run.rounds=3",
+    "run.clients_per_round=3",
+    "client.batch_size=16",
+]
+
+
+def small_scenario(*overrides: str) -> Scenario:
+    """A tiny Synthetic(1, 1) scenario: 6 devices, 3 per round, 3 rounds."""
+    return load_scenario(None, [*SMALL, *overrides], environ={})
+
+
+@pytest.fixture
+def tiny() -> Scenario:
+    return small_scenario("run.engine=inprocess")
+
+
+@pytest.fixture(autouse=True)
+def _flower_home(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))

@@ -1,0 +1,64 @@
+"""Flower's Simulation Engine end to end, and its equivalence with the in-process engine.
+
+Equivalence is the in-process engine's contract: the same scenario and seed
+record the same per-device metrics every round (to 1e-6 on CPU).
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import small_scenario
+from term_fl.results import ResultsStore
+from term_fl.runner import run_one
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_ray_instance():
+    """One Ray instance for the module (as a sweep does); shut down at the end."""
+    from term_fl.engines.flower import ray_session
+
+    with ray_session(small_scenario()):
+        yield
+    assert no_ray_left() and not raylet_processes()
+
+
+def no_ray_left() -> bool:
+    import ray
+
+    return not ray.is_initialized()
+
+
+def raylet_processes() -> list[str]:
+    """raylet processes that are children of this test process (never matched by name alone)."""
+    import os
+
+    out = subprocess.run(["ps", "-o", "pid=,ppid=,comm="], capture_output=True, text=True, check=False).stdout
+    mine = str(os.getpid())
+    return [line for line in out.splitlines() if "raylet" in line and line.split()[1] == mine]
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "qffl", "term"])
+def test_flower_and_inprocess_engines_record_the_same_metrics(strategy, tmp_path):
+    store = ResultsStore(tmp_path / "results.db")
+    ids = {}
+    for engine in ("flower", "inprocess"):
+        scenario = small_scenario(f"run.engine={engine}", f"strategy.name={strategy}", "strategy.t=2")
+        ids[engine] = run_one(scenario, store, out_dir=tmp_path / engine).run_id
+    for split in ("val", "test"):
+        flower, inproc = (store.load_metrics(ids[e], split) for e in ("flower", "inprocess"))
+        assert len(flower["round"]) == 3 * 6
+        np.testing.assert_array_equal(flower["partition_id"], inproc["partition_id"])
+        for key in ("loss", "accuracy"):
+            np.testing.assert_allclose(flower[key], inproc[key], rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(flower["correct"], inproc["correct"])
+    flower_train, inproc_train = (store.load_train(ids[e]) for e in ("flower", "inprocess"))
+    np.testing.assert_array_equal(flower_train["partition_id"], inproc_train["partition_id"])
+    for key in ("train_loss", "tilted_weight"):
+        np.testing.assert_allclose(flower_train[key], inproc_train[key], rtol=0, atol=1e-6)
+    assert [r.status for r in (store.get_run(ids["flower"]),)] == ["finished"]

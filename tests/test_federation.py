@@ -1,0 +1,187 @@
+"""The shared server loop on the in-process engine: recording, determinism, failures."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from flwr.clientapp import ClientApp
+
+from conftest import small_scenario
+from term_fl.client_app import app as client_app
+from term_fl.client_app import dataset_for
+from term_fl.engines import run_scenario
+from term_fl.engines.inprocess import InProcessGrid
+from term_fl.fairness import fairness_summary
+from term_fl.federation import FederationError, Recorder, run_federation
+from term_fl.results import ResultsStore
+from term_fl.runner import run_one
+from term_fl.runs import load_model
+
+
+def run_to_store(scenario, tmp_path, name="run"):
+    store = ResultsStore(tmp_path / "results.db")
+    recorder = run_one(scenario, store, out_dir=tmp_path / name)
+    return store, recorder
+
+
+def test_every_round_and_device_is_recorded(tiny, tmp_path):
+    store, recorder = run_to_store(tiny, tmp_path)
+    run = store.get_run(recorder.run_id)
+    assert run.status == "finished" and run.rounds_completed == 3
+    test = store.load_metrics(recorder.run_id, "test")
+    # every device evaluated every round (evaluate_fraction = 1)
+    assert len(test["round"]) == 3 * 6
+    assert set(test["partition_id"].tolist()) == set(range(6))
+    assert np.all((test["accuracy"] >= 0) & (test["accuracy"] <= 1))
+    train = store.load_train(recorder.run_id)
+    assert len(train["round"]) == 3 * 3  # 3 sampled devices per round
+    assert np.all(train["included"])
+    # TERM with lam = 1: the tilted weights of a round sum to 1
+    for r in (1, 2, 3):
+        assert train["tilted_weight"][train["round"] == r].sum() == pytest.approx(1.0, abs=1e-9)
+    # the recorded round statistics equal fairness_summary of the recorded device rows
+    last = test["round"] == 3
+    expected = fairness_summary(test["accuracy"][last], num_examples=test["examples"][last],
+                                correct=test["correct"][last])
+    stats = store.load_round_stats(recorder.run_id, "test")[-1]
+    for key in ("pooled_mean", "mean", "worst_10", "best_10", "std", "jain"):
+        assert stats[key] == pytest.approx(expected[key], abs=1e-12)
+
+
+def test_summary_json_follows_the_contract(tiny, tmp_path):
+    _, recorder = run_to_store(tiny, tmp_path)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    for key in ("run_id", "status", "scenario", "engine", "strategy", "seed", "rounds_completed",
+                "test", "validation", "versions", "data", "wall_time_s", "tilted_weights"):
+        assert key in summary, key
+    assert summary["strategy"]["name"] == "term" and "t" in summary["strategy"]
+    for key in ("mean", "pooled_mean", "worst_10", "best_10", "std", "variance_1e4", "jain", "entropy",
+                "gini", "min", "max", "K", "var", "cvar", "evar", "tivar", "alpha"):
+        assert key in summary["test"], key
+    assert set(summary["versions"]) >= {"term-fl", "flwr", "torch", "numpy"}
+    assert sum(summary["tilted_weights"].values()) == pytest.approx(1.0)
+
+
+def test_final_model_is_saved_and_loads_back(tiny, tmp_path):
+    _, recorder = run_to_store(tiny, tmp_path)
+    model = load_model(tmp_path / "run")
+    device = dataset_for(tiny).device(0)
+    import torch
+
+    with torch.no_grad():
+        predictions = model.predict(model(torch.from_numpy(device.x_test)))
+    assert predictions.shape == (len(device.y_test),)
+    with pytest.raises(FileNotFoundError, match="finished term-fl run directory"):
+        load_model(tmp_path / "nope")
+
+
+@pytest.mark.parametrize("strategy", ["fedavg", "qffl", "term"])
+def test_same_seed_gives_identical_recorded_metrics(strategy, tmp_path):
+    scenario = small_scenario("run.engine=inprocess", f"strategy.name={strategy}")
+    store_a, a = run_to_store(scenario, tmp_path / "a")
+    store_b, b = run_to_store(scenario, tmp_path / "b")
+    for split in ("val", "test"):
+        ma, mb = store_a.load_metrics(a.run_id, split), store_b.load_metrics(b.run_id, split)
+        for key in ma:
+            np.testing.assert_array_equal(ma[key], mb[key])
+    ta, tb = store_a.load_train(a.run_id), store_b.load_train(b.run_id)
+    for key in ta:
+        np.testing.assert_array_equal(ta[key], tb[key])
+
+
+def test_a_different_seed_samples_different_devices(tmp_path):
+    a = small_scenario("run.engine=inprocess", "run.seed=1", "data.seed=0")
+    b = small_scenario("run.engine=inprocess", "run.seed=2", "data.seed=0")
+    store, ra = run_to_store(a, tmp_path / "a")
+    store_b, rb = run_to_store(b, tmp_path / "b")
+    assert not np.array_equal(store.load_train(ra.run_id)["partition_id"],
+                              store_b.load_train(rb.run_id)["partition_id"])
+
+
+def test_sampling_does_not_depend_on_node_ids(tiny):
+    """Flower assigns random node ids: the same seed must pick the same partitions."""
+    picks = []
+    for node_ids in ([11, 22, 33, 44, 55, 66], [9, 7, 5, 3, 1, 100]):
+        rec = ListRecorder()
+        run_federation(InProcessGrid(client_app, 6, node_ids=node_ids), tiny, rec)
+        picks.append([[r["partition_id"] for r in rnd.train_rows] for rnd in rec.rounds])
+    assert picks[0] == picks[1]
+
+
+class ListRecorder(Recorder):
+    def __init__(self):
+        self.rounds, self.status = [], None
+
+    def record_round(self, record):
+        self.rounds.append(record)
+
+    def finish(self, status, result, error=None):
+        self.status, self.error = status, error
+
+
+def failing_client(fail_partitions: set[int]) -> ClientApp:
+    """The real ClientApp, except that some partitions raise during training."""
+    app = ClientApp()
+
+    @app.query()
+    def query(msg, context):
+        return client_app(msg, context)
+
+    @app.train()
+    def train(msg, context):
+        if int(context.node_config["partition-id"]) in fail_partitions:
+            raise RuntimeError("sensor offline")
+        return client_app(msg, context)
+
+    @app.evaluate()
+    def evaluate(msg, context):
+        return client_app(msg, context)
+
+    return app
+
+
+def test_failing_clients_are_excluded_and_the_round_goes_on(tiny):
+    rec = ListRecorder()
+    run_federation(InProcessGrid(failing_client({0, 1, 2}), 6), tiny, rec)
+    assert rec.status == "finished"
+    for rnd in rec.rounds:
+        failed = {row["partition_id"] for row in rnd.train_rows if not row["included"]}
+        assert failed == {row["partition_id"] for row in rnd.train_rows} & {0, 1, 2}
+        assert {e["partition_id"] for e in rnd.excluded if e.get("partition_id") is not None} <= {0, 1, 2}
+
+
+def test_rounds_without_valid_replies_stop_the_run_with_a_clear_error(tmp_path):
+    scenario = small_scenario("run.engine=inprocess", "run.max_failed_rounds=2", "run.rounds=5")
+    rec = ListRecorder()
+    with pytest.raises(FederationError, match="2 consecutive rounds without a valid training reply"):
+        run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, rec)
+    assert rec.status == "failed" and len(rec.rounds) == 2
+    assert all(r.status == "failed" for r in rec.rounds)
+
+
+def test_a_failed_run_keeps_its_rounds_readable_and_is_marked(tmp_path, monkeypatch):
+    scenario = small_scenario("run.engine=inprocess", "run.max_failed_rounds=1", "run.rounds=4")
+    store = ResultsStore(tmp_path / "results.db")
+    from term_fl.runs import RunRecorder
+
+    recorder = RunRecorder(store, tmp_path / "run", run_id="failing-run")
+    with pytest.raises(FederationError):
+        run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, recorder)
+    run = store.get_run("failing-run")
+    assert run.status == "failed" and "consecutive rounds" in run.error
+    assert run.rounds_completed == 1
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "failed"
+
+
+def test_missing_nodes_give_a_clear_error_not_a_hang():
+    scenario = small_scenario("run.engine=inprocess", "run.node_timeout=0.5")
+    grid = InProcessGrid(client_app, 4)  # the dataset has 6 devices
+    with pytest.raises(FederationError, match="only 4 of 6 expected nodes connected within 0.5 s"):
+        run_federation(grid, scenario)
+
+
+def test_run_scenario_uses_the_engine_the_scenario_names(tiny):
+    result = run_scenario(tiny)
+    assert result.rounds_completed == 3 and len(result.node_partitions) == 6
