@@ -1,0 +1,74 @@
+"""A static, self-contained HTML report of one run or of a scenario's finished runs.
+
+The report is the dashboard's run page or comparison page with everything
+inlined: CSS, plotly.js (from the plotly package), the page scripts and the
+data (the same JSON the API serves) in a ``<script type="application/json">``
+block. It opens from disk with no server and no network.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from term_fl.dashboard import queries
+from term_fl.dashboard.render import render
+from term_fl.results import SPLITS, ResultsStore
+
+
+class ReportError(LookupError):
+    """The report's subject is neither a run id nor a scenario with finished runs in the store."""
+
+
+def write_report(db: str | os.PathLike[str], run_or_scenario: str, out_path: str | os.PathLike[str]) -> Path:
+    """Write the report of a run (by run id) or of a scenario (all its finished runs) to ``out_path``.
+
+    A run id takes precedence over a scenario of the same name. Returns the
+    written path. Raises :class:`~term_fl.results.StoreError` naming the path
+    when the database is missing or unreadable, and :class:`ReportError`
+    (listing the scenarios there are) when ``run_or_scenario`` matches nothing.
+    """
+    db = Path(db).expanduser().resolve()
+    with ResultsStore.open_readonly(db) as store:
+        if any(run.run_id == run_or_scenario for run in store.list_runs()):
+            html = _run_report(store, run_or_scenario, db)
+        elif store.list_runs(scenario=run_or_scenario, status="finished"):
+            html = _compare_report(store, run_or_scenario, db)
+        else:
+            raise ReportError(_nothing_found(store, run_or_scenario))
+    out = Path(out_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(html, encoding="utf-8")
+    return out
+
+
+def _run_report(store: ResultsStore, run_id: str, db: Path) -> str:
+    data = {
+        "run": queries.run_detail(store, run_id),
+        "rounds": queries.round_series(store, run_id),
+        "weights": queries.weights_matrix(store, run_id),
+        "devices": {},
+    }
+    for split in SPLITS:
+        by_round = queries.device_rounds(store, run_id, split)
+        data["devices"][split] = {"rounds": sorted(by_round), "by_round": {str(r): d for r, d in by_round.items()}}
+    return render("run.html", report=data, run=data["run"], db=str(db))
+
+
+def _compare_report(store: ResultsStore, scenario: str, db: Path) -> str:
+    data = {"compare": queries.compare(store, scenario=scenario)}
+    return render("compare.html", report=data, compare=data["compare"], query={"runs": "", "scenario": scenario},
+                  db=str(db))  # fmt: skip
+
+
+def _nothing_found(store: ResultsStore, subject: str) -> str:
+    runs = store.list_runs()
+    finished = sorted({r.scenario for r in runs if r.status == "finished"})
+    same_scenario = [r for r in runs if r.scenario == subject]
+    if same_scenario:
+        return (
+            f"scenario {subject!r} has no finished run in {store.path} ({len(same_scenario)} runs, none "
+            "finished); for a report of one of its runs, give its run id"
+        )
+    hint = f"scenarios with finished runs: {', '.join(finished)}" if finished else "it holds no finished run"
+    return f"{subject!r} is neither a run id nor a scenario in {store.path} ({len(runs)} runs; {hint})"

@@ -1,0 +1,164 @@
+"use strict";
+// Shared by every page: where the data comes from (the JSON API, or the data
+// inlined in a static report), formatting, DOM helpers that only ever set
+// text (textContent, never HTML), Plotly wrappers and polling.
+const TermFL = (() => {
+  const page = document.getElementById("page");
+  const inline = document.getElementById("report-data");
+  const report = inline ? JSON.parse(inline.textContent) : null;
+  const enc = encodeURIComponent;
+
+  async function getJSON(url) {
+    const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+    let body = null;
+    try {
+      body = await response.json();
+    } catch (_) {
+      body = null;
+    }
+    if (!response.ok) {
+      const detail = body && typeof body.detail === "string" ? body.detail : response.statusText;
+      throw new Error(`${response.status}: ${detail}`);
+    }
+    return body;
+  }
+
+  function reportDevices(round, split) {
+    const all = report.devices[split];
+    const rounds = all.rounds;
+    const r = round == null ? rounds[rounds.length - 1] : round;
+    return { split, round: r ?? null, rounds, devices: r == null ? [] : all.by_round[String(r)] };
+  }
+
+  // The same questions, answered by the server or by the report's inlined data.
+  const api = report
+    ? {
+        run: async () => report.run,
+        rounds: async () => report.rounds,
+        weights: async () => report.weights,
+        devices: async (_id, round, split) => reportDevices(round, split),
+        compare: async () => report.compare,
+      }
+    : {
+        runs: () => getJSON("/api/runs"),
+        run: (id) => getJSON(`/api/runs/${enc(id)}`),
+        rounds: (id) => getJSON(`/api/runs/${enc(id)}/rounds`),
+        weights: (id) => getJSON(`/api/runs/${enc(id)}/weights`),
+        devices: (id, round, split) =>
+          getJSON(`/api/runs/${enc(id)}/devices?` + new URLSearchParams(round == null ? { split } : { round, split })),
+        compare: (query) => getJSON("/api/compare?" + new URLSearchParams(query)),
+      };
+
+  function fmt(value, digits = 3) {
+    return value == null ? "—" : Number(value).toFixed(digits);
+  }
+
+  function meanSe(stat) {
+    if (!stat || stat.mean == null) return "—";
+    if (stat.se == null) return fmt(stat.mean);
+    const se = stat.se !== 0 && Math.abs(stat.se) < 0.001 ? Number(stat.se).toPrecision(2) : fmt(stat.se);
+    return `${fmt(stat.mean)} ± ${se}`;
+  }
+
+  // <tag class=...>text</tag>; children are appended, strings as text nodes.
+  function element(tag, { className, text, title } = {}, children = []) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text != null) node.textContent = text;
+    if (title != null) node.title = title;
+    for (const child of children) node.append(child);
+    return node;
+  }
+
+  function badge(status) {
+    return element("span", { className: `badge ${status}`, text: status });
+  }
+
+  // Refresh the [data-field] cells of one run inside `root` (a table row or the run header).
+  function updateRunFields(root, run) {
+    const test = (run.final && run.final.test) || {};
+    const values = {
+      rounds: [`${run.rounds_completed}/${run.rounds_planned}`, run.rounds_completed],
+      finished: [run.finished_at == null ? "—" : new Date(run.finished_at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC", run.finished_at],
+      pooled_mean: [fmt(test.pooled_mean), test.pooled_mean],
+      worst_10: [fmt(test.worst_10), test.worst_10],
+      std: [fmt(test.std), test.std],
+    };
+    for (const cell of root.querySelectorAll("[data-field]")) {
+      const field = cell.dataset.field;
+      if (field === "status") {
+        cell.replaceChildren(badge(run.status));
+        cell.dataset.sort = run.status;
+      } else if (field in values) {
+        cell.textContent = values[field][0];
+        if ("sort" in cell.dataset) cell.dataset.sort = values[field][1] ?? "";
+      }
+    }
+    if (root.dataset.status !== undefined) root.dataset.status = run.status;
+  }
+
+  function notice(message) {
+    let box = document.getElementById("notice");
+    if (!box) {
+      box = element("p", { className: "notice" });
+      box.id = "notice";
+      page.prepend(box);
+    }
+    box.textContent = message;
+    box.classList.remove("hidden");
+    return box;
+  }
+
+  const PLOT_CONFIG = { responsive: true, displaylogo: false };
+
+  // Titles sit left, clear of Plotly's mode bar on the right.
+  function chartTitle(text) {
+    return { text, x: 0.01, xanchor: "left", font: { size: 15 } };
+  }
+
+  // Draw (or redraw in place) a chart; its title is the div's data-title plus `suffix`.
+  // The div gets the height and Plotly fills it, so a resize of the window keeps both in step.
+  function plot(id, traces, { height = 380, ...layout } = {}, { suffix = "", empty = "no data yet" } = {}) {
+    const div = document.getElementById(id);
+    div.style.height = `${height}px`;
+    const full = {
+      autosize: true,
+      margin: { l: 60, r: 20, t: 48, b: 48 },
+      legend: { orientation: "h", x: 0, y: -0.22, yanchor: "top" },
+      ...layout,
+      title: chartTitle(div.dataset.title + suffix),
+    };
+    if (traces.every((t) => (t.x || t.z || []).length === 0)) {
+      Object.assign(full, {
+        annotations: [{ text: empty, showarrow: false, xref: "paper", yref: "paper", x: 0.5, y: 0.5 }],
+        xaxis: { visible: false },
+        yaxis: { visible: false },
+      });
+    }
+    return Plotly.react(div, traces, full, PLOT_CONFIG);
+  }
+
+  // Call `step` now and every data-poll-seconds while it resolves to true (never in a static report).
+  function poll(step) {
+    const seconds = Number(page.dataset.pollSeconds || 3);
+    const again = async () => {
+      let more = false;
+      try {
+        more = await step();
+      } catch (error) {
+        notice(`Could not refresh: ${error.message}`);
+        more = true;
+      }
+      if (more && !report) setTimeout(again, seconds * 1000);
+    };
+    return again();
+  }
+
+  const SPLITS = [
+    { key: "test", label: "test", dash: "solid" },
+    { key: "val", label: "val", dash: "dot" },
+  ];
+  const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
+
+  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, SPLITS, COLORS };
+})();
