@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from term_fl.config import ConfigError, load_scenario, parse_overrides
+from term_fl.results import StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
 
@@ -39,6 +40,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scenario_args(run, config_required=False)
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells")
     _add_scenario_args(sweep, config_required=False)
+    dash = sub.add_parser("dashboard", help="serve the fairness dashboard over the results store (read-only)")
+    dash.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
+    dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    dash.add_argument("--port", type=int, default=8050)
+    report = sub.add_parser("report", help="write one self-contained HTML report of a run or a scenario")
+    report.add_argument("run_or_scenario", help="a run id, or a scenario name (all its finished runs)")
+    report.add_argument("--out", type=Path, required=True, help="HTML file to write")
+    report.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
     runs = sub.add_parser("runs", help="list the runs in the results store")
     runs.add_argument("--db", type=Path)
     runs.add_argument("--scenario")
@@ -119,7 +128,24 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs}
+def cmd_dashboard(args: argparse.Namespace) -> int:
+    from term_fl.dashboard import serve
+
+    db = (args.db or default_db()).resolve()
+    print(f"term-fl dashboard: http://{args.host}:{args.port}/  (store {db}, read-only; Ctrl-C to stop)")
+    serve(db, host=args.host, port=args.port)
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from term_fl.dashboard import write_report
+
+    path = write_report((args.db or default_db()).resolve(), args.run_or_scenario, args.out)
+    print(f"term-fl report: wrote {path}")
+    return 0
+
+
+COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": cmd_dashboard, "report": cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_logs(getattr(args, "verbose", False))
     try:
         return COMMANDS[args.command](args)
-    except ConfigError as exc:
+    except (ConfigError, StoreError, LookupError) as exc:
         print(f"term-fl: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
