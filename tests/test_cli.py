@@ -1,0 +1,113 @@
+"""`term-fl` as a user runs it: run, sweep (with resume), runs, and the errors users see."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from conftest import SMALL
+from term_fl.cli import main
+from term_fl.results import ResultsStore
+
+SMALL_ARGS = [arg for item in SMALL for arg in ("--set", item)]
+
+
+def test_run_prints_progress_and_a_fairness_table_and_writes_the_run_dir(tmp_path, capsys):
+    out, db = tmp_path / "run", tmp_path / "r.db"
+    code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(out), "--db", str(db)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    for k in (1, 2, 3):
+        assert f"round {k}/3" in printed
+    assert "worst-10%" in printed and "worst 10%" in printed and "Jain's index" in printed
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "finished" and summary["rounds_completed"] == 3
+    assert json.loads((out / "config.json").read_text())["data"]["num_devices"] == 6
+    assert (out / "model.pt").is_file()
+    assert ResultsStore.open_readonly(db).get_run(summary["run_id"]).status == "finished"
+
+
+def test_rounds_and_seed_shortcuts_override_the_scenario(tmp_path):
+    out = tmp_path / "run"
+    assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--rounds", "2", "--seed", "5",
+                 "--out", str(out), "--db", str(tmp_path / "r.db")]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["rounds_completed"] == 2 and summary["seed"] == 5
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "strategy.t=5000"], "strategy.t: Input should be less than or equal to 1000"),
+        (["--set", "strategy.tt=1"], "strategy.tt: unknown key"),
+        (["--set", "nonsense"], "expected KEY=VALUE"),
+        (["--set", "data.name=vehicle", "--set", "data.path=/nonexistent/v.json"], "does not exist"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message_naming_the_key(args, message, tmp_path, capsys):
+    code = main(["run", "--engine", "inprocess", *args, "--db", str(tmp_path / "r.db")])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "r.db").exists()  # nothing started, nothing recorded
+
+
+def test_missing_scenario_file_is_a_clear_error(tmp_path, capsys):
+    assert main(["run", str(tmp_path / "nope.toml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def sweep_file(tmp_path):
+    path = tmp_path / "sweep.toml"
+    path.write_text(
+        'name = "mini"\n[run]\nrounds = 2\nclients_per_round = 3\n'
+        "[data]\nnum_devices = 6\nmax_samples = 60\ntrain_fraction = 0.6\nval_fraction = 0.2\ntest_fraction = 0.2\n"
+        '[sweep]\n"strategy.name" = ["fedavg", "term"]\n"strategy.t" = [1.0, 5.0]\n"run.seed" = [0, 1]\n'
+    )
+    return path
+
+
+def test_sweep_runs_each_distinct_cell_and_writes_the_comparison(tmp_path, capsys):
+    out, db = tmp_path / "sweep", tmp_path / "r.db"
+    assert main(["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]) == 0
+    printed = capsys.readouterr().out
+    assert "6 cells on engine inprocess" in printed  # fedavg x 2 seeds + term x 2 t x 2 seeds
+    rows = list(csv.DictReader((out / "comparison.csv").open()))
+    assert sorted(r["cell"] for r in rows) == ["fedavg", "term t=1", "term t=5"]
+    assert all(r["n"] == "2" for r in rows)
+    comparison = json.loads((out / "comparison.json").read_text())
+    assert comparison["selection"]["term"]["cell"] in {"term t=1", "term t=5"}
+    assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 6
+
+
+def test_sweep_resumes_without_redoing_finished_cells(tmp_path, capsys):
+    out, db = tmp_path / "sweep", tmp_path / "r.db"
+    args = ["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]
+    assert main(args) == 0
+    # an interrupted sweep: one cell never finished
+    unfinished = out / "strategy.name=term_strategy.t=5.0_run.seed=1"
+    (unfinished / "summary.json").unlink()
+    capsys.readouterr()
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("already finished, skipped") == 5
+    assert (unfinished / "summary.json").is_file()
+    assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 7
+
+
+def test_sweep_without_a_sweep_table_says_how_to_add_one(tmp_path, capsys):
+    path = tmp_path / "plain.toml"
+    path.write_text("[run]\nrounds = 1\n")
+    assert main(["sweep", str(path), "--db", str(tmp_path / "r.db")]) == 2
+    assert "has no [sweep] table" in capsys.readouterr().err
+
+
+def test_runs_lists_the_store_and_reports_a_missing_store(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "x"), "--db", str(db)]) == 0
+    capsys.readouterr()
+    assert main(["runs", "--db", str(db)]) == 0
+    assert "default" in capsys.readouterr().out
+    assert main(["runs", "--db", str(tmp_path / "missing.db")]) == 2
+    assert "does not exist" in capsys.readouterr().err
