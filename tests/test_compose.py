@@ -1,0 +1,401 @@
+"""The Docker Compose deployment: schema, structure, TLS, and the generator.
+
+No Docker engine is needed: the files are validated against the Compose
+Specification's JSON Schema (../shared/schemas/compose-spec.json, Draft 7),
+checked structurally, and every Flower flag they use is checked against the
+``--help`` of the installed Flower binaries. That the topology really runs is
+tests/test_deployment_local.py (the same processes on loopback).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="pyyaml is a test extra: pip install -e '.[test]'")
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "compose-spec.json"
+BIN = Path(sys.executable).parent
+MAIN, GPU, DEV = "docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.dev.yml"
+SECRETS_DIR = "/run/secrets"
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("term_fl_gen_compose", REPO / "deploy" / "gen_compose.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+class _ComposeLoader(yaml.SafeLoader):
+    """SafeLoader plus compose's ``!reset`` tag (an override that empties a value)."""
+
+
+_ComposeLoader.add_constructor(
+    "!reset",
+    lambda loader, node: (
+        loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode)
+        else loader.construct_mapping(node) if isinstance(node, yaml.MappingNode)
+        else None
+    ),
+)
+
+
+def load(name: str) -> dict:
+    return yaml.load((REPO / name).read_text(encoding="utf-8"), Loader=_ComposeLoader)
+
+
+@pytest.fixture(scope="module")
+def main() -> dict:
+    return load(MAIN)
+
+
+def argv(service: dict) -> list[str]:
+    """The container's argv as compose runs it: entrypoint + command (both exec form here)."""
+    entry = service.get("entrypoint") or []
+    cmd = service.get("command") or []
+    assert isinstance(entry, list) and isinstance(cmd, list), "use the exec (list) form"
+    return [*entry, *cmd]
+
+
+def flag_value(args: list[str], flag: str) -> str:
+    assert flag in args, f"{flag} missing from {args}"
+    return args[args.index(flag) + 1]
+
+
+def supernodes(doc: dict, profile: str) -> dict[str, dict]:
+    return {
+        name: svc for name, svc in doc["services"].items()
+        if profile in svc.get("profiles", []) and argv(svc)[:1] == ["flower-supernode"]
+    }
+
+
+def node_config(svc: dict) -> dict[str, str]:
+    text = flag_value(argv(svc), "--node-config")
+    return dict(item.split("=", 1) for item in text.split())
+
+
+# --------------------------------------------------------------------------
+# Generated files and schema
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", [MAIN, GPU, DEV])
+def test_committed_file_equals_generator_output(name):
+    expected = gen.render_all()[name]
+    actual = (REPO / name).read_text(encoding="utf-8")
+    assert actual == expected, f"{name} is stale: run `python deploy/gen_compose.py` and commit the result"
+
+
+def test_generator_check_mode_passes():
+    assert gen.main(["--check"]) == 0
+
+
+@pytest.mark.parametrize("name", [MAIN, GPU, DEV])
+def test_validates_against_compose_spec(name):
+    if not SCHEMA.is_file():
+        pytest.skip(f"Compose Specification schema not found at {SCHEMA} (CI puts shared/ beside the repo)")
+    jsonschema = pytest.importorskip("jsonschema")
+    schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(load(name)), key=lambda e: list(e.path))
+    assert not errors, "\n".join(f"{'/'.join(map(str, e.path))}: {e.message}" for e in errors[:20])
+
+
+def test_generator_other_fairness_size_is_consistent():
+    for n in (3, 17):
+        doc = yaml.load(gen.render_all(n)[MAIN], Loader=_ComposeLoader)
+        nodes = supernodes(doc, "fairness")
+        assert len(nodes) == n
+        assert sorted(int(node_config(s)["partition-id"]) for s in nodes.values()) == list(range(n))
+        assert {node_config(s)["num-partitions"] for s in nodes.values()} == {str(n)}
+        assert f"data.num_devices={n}" in flag_value(argv(doc["services"]["submit-fairness"]), "--run-config")
+        assert len(supernodes(doc, "vehicle-sensor")) == 23
+        gpu = yaml.load(gen.render_all(n)[GPU], Loader=_ComposeLoader)
+        assert set(gpu["services"]) == set(nodes) | set(supernodes(doc, "vehicle-sensor"))
+    with pytest.raises(ValueError):
+        gen.render_all(1)
+
+
+# --------------------------------------------------------------------------
+# Structure of docker-compose.yml
+# --------------------------------------------------------------------------
+
+
+def test_services_and_profiles(main):
+    services = main["services"]
+    for name in ("superlink", "dashboard"):
+        assert set(services[name]["profiles"]) == {"vehicle-sensor", "fairness"}
+    assert services["submit-vehicle-sensor"]["profiles"] == ["vehicle-sensor"]
+    assert services["submit-fairness"]["profiles"] == ["fairness"]
+    for name, svc in services.items():
+        assert svc.get("profiles"), f"service {name} has no profile: it would start in every deployment"
+        assert svc["image"] and svc["build"]["dockerfile"] == "Dockerfile", name
+
+
+def test_exactly_23_vehicle_supernodes(main):
+    nodes = supernodes(main, "vehicle-sensor")
+    assert len(nodes) == 23
+    configs = [node_config(s) for s in nodes.values()]
+    assert sorted(int(c["partition-id"]) for c in configs) == list(range(23))
+    assert {c["num-partitions"] for c in configs} == {"23"}
+    for svc in nodes.values():
+        assert svc["profiles"] == ["vehicle-sensor"]
+        assert "${TERM_FL_VEHICLE_DATA_DIR:-../shared/data/vehicle}:/data:ro" in svc["volumes"]
+
+
+def test_fairness_supernodes_match_generator_default(main):
+    n = gen.DEFAULT_FAIRNESS_SUPERNODES
+    nodes = supernodes(main, "fairness")
+    assert len(nodes) == n
+    configs = [node_config(s) for s in nodes.values()]
+    assert sorted(int(c["partition-id"]) for c in configs) == list(range(n))
+    assert {c["num-partitions"] for c in configs} == {str(n)}
+    # the synthetic federation has one device per SuperNode
+    run_config = flag_value(argv(main["services"]["submit-fairness"]), "--run-config")
+    assert f"data.num_devices={n}" in run_config
+
+
+def test_supernodes_connect_to_the_single_superlink_port(main):
+    link = argv(main["services"]["superlink"])
+    assert link[0] == "flower-superlink"
+    assert flag_value(link, "--host") == "0.0.0.0"
+    port = flag_value(link, "--port")
+    assert port == "8000"
+    assert "--disable-runtime-dependency-installation" in link
+    for profile in ("vehicle-sensor", "fairness"):
+        for name, svc in supernodes(main, profile).items():
+            assert flag_value(argv(svc), "--superlink") == f"superlink:{port}", name
+            # one container per SuperNode: the default runtime port 127.0.0.1:9094 cannot collide
+            assert "--port" not in argv(svc)
+            assert svc["depends_on"]["superlink"]["condition"] == "service_healthy"
+    text = (REPO / MAIN).read_text(encoding="utf-8")
+    for stale in ("9091", "9092", "9093", "--fleet-api-address", "--serverappio-api-address",
+                  "--clientappio-api-address", "flwr/serverapp", "flwr/clientapp"):
+        assert stale not in text, f"stale Flower < 1.42 setting {stale!r} in {MAIN}"
+
+
+def test_every_supernode_uses_tls_and_main_file_has_no_insecure(main):
+    secrets = main["secrets"]
+    assert set(secrets) == {"ca.crt", "server.pem", "server.key"}
+    assert all(s["file"].startswith("./deploy/certs/") for s in secrets.values())
+    link = main["services"]["superlink"]
+    for flag, secret in (("--ssl-ca-certfile", "ca.crt"), ("--ssl-certfile", "server.pem"),
+                         ("--ssl-keyfile", "server.key")):
+        assert flag_value(argv(link), flag) == f"{SECRETS_DIR}/{secret}"
+        assert secret in link["secrets"]
+    for profile in ("vehicle-sensor", "fairness"):
+        for name, svc in supernodes(main, profile).items():
+            assert flag_value(argv(svc), "--root-certificates") == f"{SECRETS_DIR}/ca.crt", name
+            assert "ca.crt" in svc["secrets"], name
+    for profile in ("vehicle-sensor", "fairness"):
+        env = main["services"][f"submit-{profile}"]["environment"]
+        assert env["TERM_FL_ROOT_CERTIFICATES"] == f"{SECRETS_DIR}/ca.crt"
+        assert "TERM_FL_INSECURE" not in env
+    for name in (MAIN, GPU, "Dockerfile"):
+        assert "--insecure" not in (REPO / name).read_text(encoding="utf-8"), name
+    assert "--insecure" in (REPO / DEV).read_text(encoding="utf-8")
+
+
+def test_results_volume_and_data_mounts(main):
+    assert "results" in main["volumes"]
+    services = main["services"]
+    assert "results:/results" in services["superlink"]["volumes"]  # the ServerApp runs here
+    assert "results:/results" in services["dashboard"]["volumes"]
+    assert "${TERM_FL_VEHICLE_DATA_DIR:-../shared/data/vehicle}:/data:ro" in services["superlink"]["volumes"]
+    dash = argv(services["dashboard"])
+    assert dash[:2] == ["term-fl", "dashboard"]
+    assert flag_value(dash, "--db") == "/results/results.db"
+    assert flag_value(dash, "--host") == "0.0.0.0" and flag_value(dash, "--port") == "8050"
+
+
+def test_environment_everywhere(main):
+    for name, svc in main["services"].items():
+        env = svc["environment"]
+        assert env["FLWR_TELEMETRY_ENABLED"] == "0", name
+        assert env["FLWR_DISABLE_UPDATE_CHECK"] == "1", name
+        assert env["FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION"] == "1", name
+        assert env["TERM_FL_VEHICLE_DATA"] == "/data/vehicle_fewshot.json", name
+
+
+def test_submit_services_run_flwr_with_the_app_run_config(main):
+    app_config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
+    pattern = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")  # flwr's own run-config parser
+    for profile in ("vehicle-sensor", "fairness"):
+        svc = main["services"][f"submit-{profile}"]
+        args = argv(svc)
+        assert args[0] == "/app/deploy/submit.sh"
+        assert args[1:6] == ["flwr", "run", "/app", svc["environment"]["TERM_FL_CONNECTION"], "--stream"]
+        assert svc["environment"]["TERM_FL_SUPERLINK_ADDRESS"] == "superlink:8000"
+        assert svc["restart"] == "no"
+        run_config = flag_value(args, "--run-config")
+        values = {k: tomllib.loads(f"v = {v}")["v"] for k, v in pattern.findall(run_config)}
+        assert set(values) <= set(app_config), f"unknown run-config keys {set(values) - set(app_config)}"
+        assert values["results-dir"] == "/results"
+        assert values["scenario"].startswith("configs/")
+        depends = svc["depends_on"]
+        assert depends["superlink"]["condition"] == "service_healthy"
+        assert set(depends) - {"superlink"} == set(supernodes(main, profile))
+
+
+def test_profile_scenarios_exist(main):
+    scenarios = sorted((REPO / "configs").glob("*.toml"))
+    if not scenarios:
+        pytest.skip("configs/ holds no scenario files yet")
+    for profile in gen.profiles():
+        assert (REPO / profile.scenario).is_file(), (
+            f"profile {profile.name} runs {profile.scenario}, which is not in the repository "
+            f"(configs/ has {[p.name for p in scenarios]}); fix deploy/gen_compose.py"
+        )
+
+
+def test_gpu_override_reserves_nvidia_gpus_for_every_supernode(main):
+    gpu = load(GPU)
+    all_nodes = set(supernodes(main, "vehicle-sensor")) | set(supernodes(main, "fairness"))
+    assert set(gpu["services"]) == all_nodes
+    for name, svc in gpu["services"].items():
+        devices = svc["deploy"]["resources"]["reservations"]["devices"]
+        assert devices == [{"driver": "nvidia", "count": "all", "capabilities": ["gpu"]}], name
+        assert "whl/cu" in svc["build"]["args"]["TORCH_INDEX_URL"], name
+        assert svc["image"] != main["services"][name]["image"], "CUDA and CPU images need distinct tags"
+
+
+def test_dev_override_is_plaintext_everywhere(main):
+    dev = load(DEV)
+    services = dev["services"]
+    assert "--insecure" in services["superlink"]["command"]
+    assert not any(a.startswith("--ssl") for a in services["superlink"]["command"])
+    all_nodes = set(supernodes(main, "vehicle-sensor")) | set(supernodes(main, "fairness"))
+    for name in all_nodes:
+        merged = {**main["services"][name], **services[name]}
+        args = argv(merged)
+        assert "--insecure" in args and "--root-certificates" not in args, name
+        assert node_config(merged)  # the per-node command of the main file still applies
+        assert services[name]["secrets"] == []
+    for profile in ("vehicle-sensor", "fairness"):
+        assert services[f"submit-{profile}"]["environment"]["TERM_FL_INSECURE"] == "1"
+    assert dev["secrets"] == {}
+
+
+# --------------------------------------------------------------------------
+# Flags against the installed Flower 1.42 binaries
+# --------------------------------------------------------------------------
+
+
+def _helps(*cmds: tuple[str, ...]) -> list[str]:
+    """``--help`` output of installed Flower commands (run in parallel: each imports flwr)."""
+    env = {**os.environ, "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "COLUMNS": "200"}
+    procs = []
+    for cmd in cmds:
+        exe = BIN / cmd[0]
+        if not exe.exists():
+            pytest.skip(f"{exe} not installed")
+        procs.append(subprocess.Popen([str(exe), *cmd[1:], "--help"], stdout=subprocess.PIPE,
+                                      stderr=subprocess.STDOUT, text=True, env=env))
+    return [p.communicate(timeout=120)[0] for p in procs]
+
+
+def _flags(args: list[str]) -> set[str]:
+    return {a for a in args if a.startswith("--")}
+
+
+def test_flags_exist_in_installed_flower_binaries(main):
+    services = main["services"]
+    link_help, node_help, run_help, dash_help = _helps(
+        ("flower-superlink",), ("flower-supernode",), ("flwr", "run"), ("term-fl", "dashboard"))
+    dev = load(DEV)["services"]
+    used_link = _flags(argv(services["superlink"])) | _flags(dev["superlink"]["command"])
+    used_node = set()
+    for profile in ("vehicle-sensor", "fairness"):
+        for name, svc in supernodes(main, profile).items():
+            used_node |= _flags(argv(svc)) | _flags(dev[name]["entrypoint"])
+    used_run = set()
+    for profile in ("vehicle-sensor", "fairness"):
+        used_run |= _flags(argv(services[f"submit-{profile}"])[1:])
+    for flag in used_link:
+        assert re.search(rf"(^|\s|\[){re.escape(flag)}\b", link_help), f"flower-superlink has no {flag}"
+    for flag in used_node:
+        assert re.search(rf"(^|\s|\[){re.escape(flag)}\b", node_help), f"flower-supernode has no {flag}"
+    for flag in used_run:
+        assert re.search(rf"{re.escape(flag)}\b", run_help), f"flwr run has no {flag}"
+    for flag in _flags(argv(services["dashboard"])):
+        assert re.search(rf"{re.escape(flag)}\b", dash_help), f"term-fl dashboard has no {flag}"
+    assert "Deprecated" not in link_help.split("--host", 1)[1].split("--port", 1)[0]
+
+
+# --------------------------------------------------------------------------
+# deploy/make-certs.sh and deploy/submit.sh
+# --------------------------------------------------------------------------
+
+
+def test_make_certs_covers_every_hostname(tmp_path, main):
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed")
+    out = tmp_path / "certs"
+    subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(out)], check=True,
+                   capture_output=True, timeout=120)
+    for name in ("ca.crt", "ca.key", "server.pem", "server.key"):
+        assert (out / name).is_file()
+    assert oct((out / "server.key").stat().st_mode & 0o777) == "0o600"
+    text = subprocess.run(["openssl", "x509", "-in", str(out / "server.pem"), "-noout", "-text"],
+                          check=True, capture_output=True, text=True).stdout
+    san = text.split("Subject Alternative Name", 1)[1].splitlines()[1]
+    hosts = {"127.0.0.1", "localhost"}
+    for profile in ("vehicle-sensor", "fairness"):
+        for svc in supernodes(main, profile).values():
+            hosts.add(flag_value(argv(svc), "--superlink").rsplit(":", 1)[0])
+        hosts.add(main["services"][f"submit-{profile}"]["environment"]["TERM_FL_SUPERLINK_ADDRESS"].rsplit(":", 1)[0])
+    for host in hosts:
+        assert (f"IP Address:{host}" if host[0].isdigit() else f"DNS:{host}") in san, (host, san)
+    subprocess.run(["openssl", "verify", "-CAfile", str(out / "ca.crt"), str(out / "server.pem")],
+                   check=True, capture_output=True)
+
+
+def test_submit_script_writes_the_connection_and_waits(tmp_path):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    port = listener.getsockname()[1]
+    cert = tmp_path / "ca.crt"
+    cert.write_text("dummy")
+    home = tmp_path / "flwr"
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "TERM_FL_SUPERLINK_ADDRESS": f"127.0.0.1:{port}",
+        "TERM_FL_CONNECTION": "local-test",
+        "TERM_FL_ROOT_CERTIFICATES": str(cert),
+        "TERM_FL_WAIT_TIMEOUT": "5",
+    }
+    script = str(REPO / "deploy" / "submit.sh")
+    try:
+        out = subprocess.run(["sh", script, "echo", "ran"], env=env, capture_output=True, text=True, timeout=30)
+    finally:
+        listener.close()
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ran")
+    config = tomllib.loads((home / "config.toml").read_text())
+    assert config["superlink"]["default"] == "local-test"
+    assert config["superlink"]["local-test"] == {"address": f"127.0.0.1:{port}", "root-certificates": str(cert)}
+    # flwr refuses a relative root-certificates path: the script refuses it first
+    bad = subprocess.run(["sh", script, "true"], env={**env, "TERM_FL_ROOT_CERTIFICATES": "ca.crt"},
+                         capture_output=True, text=True, timeout=30)
+    assert bad.returncode == 2 and "absolute" in bad.stderr
+    # never clobbers a config.toml it did not write
+    (home / "config.toml").write_text('[superlink]\ndefault = "mine"\n')
+    mine = subprocess.run(["sh", script, "true"], env=env, capture_output=True, text=True, timeout=30)
+    assert mine.returncode == 2 and "not written by this script" in mine.stderr
