@@ -10,6 +10,7 @@ process from (scenario, partition-id) and cached.
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -17,7 +18,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 
 from term_fl.config import Scenario
-from term_fl.data import FederatedDataset, build_dataset
+from term_fl.data import DeviceData, FederatedDataset, build_dataset
 from term_fl.models import TermModel, build_model, set_weights
 from term_fl.seeding import derive_seed
 from term_fl.training import evaluate, resolve_device, train
@@ -100,11 +101,26 @@ def _partition(context: Context, dataset: FederatedDataset) -> int:
     return pid
 
 
-def _incoming_model(msg: Message, scenario_json: str) -> TermModel:
+@dataclass
+class _Task:
+    """What one train or evaluate message asks of this node."""
+
+    scenario: Scenario
+    partition_id: int
+    data: DeviceData
+    model: TermModel  # holding the incoming global weights
+
+
+def _task(msg: Message, context: Context) -> _Task:
+    torch.set_num_threads(1)
+    scenario_json = str(msg.content["config"][SCENARIO_KEY])
+    scenario = scenario_from_json(scenario_json)
+    dataset = dataset_for(scenario)
+    pid = _partition(context, dataset)
     model = _worker_model(scenario_json)
     arrays: ArrayRecord = msg.content["arrays"]
     set_weights(model, {k: v.numpy() for k, v in arrays.items()})
-    return model
+    return _Task(scenario, pid, dataset.device(pid), model)
 
 
 @app.query()
@@ -118,20 +134,14 @@ def query(msg: Message, context: Context) -> Message:
 @app.train()
 def train_handler(msg: Message, context: Context) -> Message:
     """Report F_k (the incoming model's loss on the train split), train locally, reply."""
-    torch.set_num_threads(1)
-    config = msg.content["config"]
-    scenario_json = str(config[SCENARIO_KEY])
-    scenario = scenario_from_json(scenario_json)
-    dataset = dataset_for(scenario)
-    pid = _partition(context, dataset)
-    device_data = dataset.device(pid)
-    model = _incoming_model(msg, scenario_json)
-    server_round = int(config["server-round"])
+    task = _task(msg, context)
+    scenario, pid = task.scenario, task.partition_id
+    server_round = int(msg.content["config"]["server-round"])
     c = scenario.client
     result = train(
-        model,
-        device_data.x_train,
-        device_data.y_train,
+        task.model,
+        task.data.x_train,
+        task.data.y_train,
         lr=c.lr,
         epochs=c.epochs,
         batch_size=c.batch_size,
@@ -158,20 +168,13 @@ def train_handler(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate_handler(msg: Message, context: Context) -> Message:
     """Evaluate the global model on this device's validation and test splits."""
-    torch.set_num_threads(1)
-    config = msg.content["config"]
-    scenario_json = str(config[SCENARIO_KEY])
-    scenario = scenario_from_json(scenario_json)
-    dataset = dataset_for(scenario)
-    pid = _partition(context, dataset)
-    device_data = dataset.device(pid)
-    model = _incoming_model(msg, scenario_json)
-    device = resolve_device(scenario.client.device)
-    values: dict[str, int | float] = {"partition-id": pid}
+    task = _task(msg, context)
+    device = resolve_device(task.scenario.client.device)
+    values: dict[str, int | float] = {"partition-id": task.partition_id}
     total = 0
     for split in EVAL_SPLITS:
-        x, y = device_data.split(split)
-        res = evaluate(model, x, y, device=device)
+        x, y = task.data.split(split)
+        res = evaluate(task.model, x, y, device=device)
         values[f"{split}_loss"] = float(res.loss_mean)
         values[f"{split}_accuracy"] = float(res.accuracy)
         values[f"{split}_correct"] = int(res.correct)
