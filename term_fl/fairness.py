@@ -1,0 +1,627 @@
+"""Per-device fairness statistics and loss-quantile risks, as plain numpy.
+
+The statistics of per-device test accuracies a_1..a_K are those reported by
+"Fair Resource Allocation in Federated Learning" (T. Li, M. Sanjabi,
+A. Beirami, V. Smith, ICLR 2020, q-FFL): the average (over devices and pooled
+over samples), the worst / best 10 %, the spread (std, variance x 1e4),
+Jain's index, entropy and Gini.
+
+The risks of per-device losses l_1..l_K at level alpha in (0, 1) are the
+empirical forms of section 4 of "On Tilted Losses in Machine Learning: Theory
+and Applications" (T. Li, A. Beirami, M. Sanjabi, V. Smith, JMLR 24, 2023):
+
+    VaR   = min { g : (1/K) #{i : l_i >= g} <= alpha }
+    CVaR  = min_g  g + (1/alpha) mean_i (l_i - g)_+
+    EVaR  = min_{t > 0}  R(t) - (1/t) log alpha,   R(t) = (1/t) log mean_i exp(t l_i)
+    TiVaR = min_{t real}  l_min + (1/t) log([mean_i exp(t (l_i - l_min))
+                                             - (1 - alpha)]_+ / alpha)
+
+with VaR <= TiVaR <= EVaR and VaR <= CVaR <= EVaR.  The summary names match
+the ``test`` / ``validation`` objects of summary.json (DESIGN.md, Contracts).
+No I/O, no Flower, no torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from fractions import Fraction
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+__all__ = [
+    "best_10",
+    "conditional_value_at_risk",
+    "entropic_value_at_risk",
+    "entropy",
+    "fairness_summary",
+    "gini",
+    "jain_index",
+    "loss_risks",
+    "mean_accuracy",
+    "pooled_mean",
+    "std",
+    "tilted_value_at_risk",
+    "value_at_risk",
+    "variance_1e4",
+    "worst_10",
+]
+
+Vector = NDArray[np.float64]
+
+# alpha * K within this distance of an integer counts as that integer, so that
+# alpha = 0.29 with K = 100 keeps 29 losses in the tail although 0.29 * 100 is
+# 28.999999999999996 in binary floating point.
+_COUNT_TOLERANCE = 1e-9
+
+# EVaR and TiVaR minimise over the tilt in the dimensionless tau = t (l_max - l_min):
+# a grid of log10 |tau| (24 points a decade), then a golden-section search
+# between the grid neighbours of the lowest few local minima of the grid.
+_LOG10_TAU_GRID = np.linspace(-6.0, 12.0, 18 * 24 + 1)
+_REFINED_MINIMA = 4
+_GOLDEN_STEPS = 50
+_INVERSE_GOLDEN_RATIO = (math.sqrt(5.0) - 1.0) / 2.0
+
+# Above this tau, mean_i exp(tau z_i) with z_i in [0, 1] is taken in the log
+# domain (below it, mean_i expm1(tau z_i) keeps full accuracy near tau = 0).
+_LOG_DOMAIN_TAU = 500.0
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _as_vector(values: ArrayLike, name: str) -> Vector:
+    """Return ``values`` as a non-empty, finite, 1-D float64 array."""
+    try:
+        array = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{name} must be a 1-D sequence of real numbers: {err}") from err
+    if array.ndim != 1:
+        raise ValueError(f"{name} must be 1-D (one value per device), got shape {array.shape}.")
+    if array.size == 0:
+        raise ValueError(f"{name} must hold at least one device, got none.")
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{name} must be finite (no NaN or inf), got {array.tolist()}.")
+    return array
+
+
+def _as_accuracies(accuracies: ArrayLike) -> Vector:
+    """Return per-device accuracies, each in [0, 1]."""
+    array = _as_vector(accuracies, "accuracies")
+    if np.any((array < 0.0) | (array > 1.0)):
+        raise ValueError(
+            f"accuracies must lie in [0, 1] (fractions, not percentages), got {array.tolist()}."
+        )
+    return array
+
+
+def _as_counts(values: ArrayLike, name: str, size: int) -> Vector:
+    """Return per-device sample counts: non-negative whole numbers, one per device."""
+    array = _as_vector(values, name)
+    if array.size != size:
+        raise ValueError(
+            f"{name} must have one entry per device ({size} accuracies), got {array.size}."
+        )
+    if np.any(array < 0) or np.any(array != np.floor(array)):
+        raise ValueError(f"{name} must be non-negative whole numbers, got {array.tolist()}.")
+    return array
+
+
+def _as_alpha(alpha: float) -> float:
+    """Return the tail level alpha, a float strictly between 0 and 1."""
+    try:
+        level = float(alpha)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"alpha must be a real number in (0, 1), got {alpha!r}.") from err
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"alpha must lie strictly between 0 and 1, got {level}.")
+    return level
+
+
+# --------------------------------------------------------------- accuracy statistics
+
+
+def _tail_size(num_devices: int) -> int:
+    """floor(0.1 K), at least one device (K = 23 gives 2)."""
+    return max(1, num_devices // 10)
+
+
+def _mean(values: Vector) -> float:
+    """(1/K) sum_k v_k, kept within [min, max] (summation can round past them)."""
+    return float(np.clip(np.mean(values), np.min(values), np.max(values)))
+
+
+def mean_accuracy(accuracies: ArrayLike) -> float:
+    """Unweighted average over devices: (1/K) sum_k a_k."""
+    return _mean(_as_accuracies(accuracies))
+
+
+def pooled_mean(
+    accuracies: ArrayLike,
+    num_examples: ArrayLike | None = None,
+    correct: ArrayLike | None = None,
+) -> float | None:
+    """Average over test samples: sum_k c_k / sum_k n_k.
+
+    With ``correct`` (c_k) and ``num_examples`` (n_k) it is the pooled
+    accuracy; with ``num_examples`` only it is sum_k a_k n_k / sum_k n_k; with
+    neither it is undefined and None is returned.
+
+    Raises
+    ------
+    ValueError
+        If the counts are not one non-negative whole number per device, if
+        some c_k > n_k, if ``correct`` comes without ``num_examples``, or if
+        every n_k is 0.
+    """
+    a = _as_accuracies(accuracies)
+    if num_examples is None:
+        if correct is not None:
+            raise ValueError("correct needs num_examples (the per-device test set sizes) too.")
+        return None
+    n = _as_counts(num_examples, "num_examples", a.size)
+    total = n.sum()
+    if total <= 0:
+        raise ValueError(f"num_examples must have a positive total, got {n.tolist()}.")
+    if correct is None:
+        return float(np.sum(a * n) / total)
+    c = _as_counts(correct, "correct", a.size)
+    if np.any(c > n):
+        raise ValueError(
+            f"correct must not exceed num_examples on any device, got correct={c.tolist()} "
+            f"and num_examples={n.tolist()}."
+        )
+    return float(c.sum() / total)
+
+
+def worst_10(accuracies: ArrayLike) -> float:
+    """Mean of the floor(0.1 K) lowest accuracies (at least one device).
+
+    Never above the mean of all devices (rounding excess is dropped).
+    """
+    a = np.sort(_as_accuracies(accuracies))
+    return min(_mean(a[: _tail_size(a.size)]), _mean(a))
+
+
+def best_10(accuracies: ArrayLike) -> float:
+    """Mean of the floor(0.1 K) highest accuracies (at least one device).
+
+    Never below the mean of all devices (rounding excess is dropped).
+    """
+    a = np.sort(_as_accuracies(accuracies))
+    return max(_mean(a[-_tail_size(a.size) :]), _mean(a))
+
+
+def std(accuracies: ArrayLike) -> float:
+    """Population standard deviation: sqrt((1/K) sum_k (a_k - mean)^2)."""
+    return float(np.std(_as_accuracies(accuracies)))
+
+
+def variance_1e4(accuracies: ArrayLike) -> float:
+    """Population variance times 10^4, the unit of the q-FFL paper's tables."""
+    return float(1e4 * np.var(_as_accuracies(accuracies)))
+
+
+def jain_index(accuracies: ArrayLike) -> float:
+    """Jain's fairness index J = (sum_k a_k)^2 / (K sum_k a_k^2), in [1/K, 1].
+
+    J = 1 exactly when all accuracies are equal.  When all are 0 the ratio is
+    0/0; it is defined as 1.0 there, the value of every other all-equal vector
+    (every device is served alike).
+    """
+    a = _as_accuracies(accuracies)
+    squares = float(np.sum(a * a))
+    if squares == 0.0:
+        return 1.0
+    return min(1.0, float(np.sum(a)) ** 2 / (a.size * squares))
+
+
+def entropy(accuracies: ArrayLike) -> float:
+    """Entropy in nats of p = a / sum_k a_k: H = -sum_k p_k log p_k, in [0, log K].
+
+    Terms with p_k = 0 count as 0.  H = log K when all accuracies are equal;
+    when all are 0, p is undefined and H is defined as log K, the value of
+    every other all-equal vector.
+    """
+    a = _as_accuracies(accuracies)
+    total = float(np.sum(a))
+    if total == 0.0:
+        return math.log(a.size)
+    p = a / total
+    p = p[p > 0]
+    return min(math.log(a.size), float(-np.sum(p * np.log(p))))
+
+
+def gini(accuracies: ArrayLike) -> float:
+    """Gini coefficient G = sum_i sum_j |a_i - a_j| / (2 K^2 mean(a)), in [0, 1).
+
+    Evaluated in O(K log K) from the sorted values a_(1) <= ... <= a_(K):
+    sum_{i<j} (a_(j) - a_(i)) = sum_k (a_(k+1) - a_(k)) k (K - k), a sum of
+    non-negative terms.  G = 0 when the mean is 0.
+    """
+    a = np.sort(_as_accuracies(accuracies))
+    mean = _mean(a)
+    if mean == 0.0:
+        return 0.0
+    k = np.arange(1, a.size, dtype=np.float64)
+    pair_differences = float(np.sum(np.diff(a) * k * (a.size - k)))
+    return pair_differences / (a.size**2 * mean)
+
+
+def fairness_summary(
+    accuracies: ArrayLike,
+    num_examples: ArrayLike | None = None,
+    correct: ArrayLike | None = None,
+) -> dict[str, float | int | None]:
+    """Every fairness statistic of one round's per-device accuracies.
+
+    Parameters
+    ----------
+    accuracies : array-like of shape (K,)
+        Per-device accuracies a_k in [0, 1].
+    num_examples : array-like of shape (K,), optional
+        Per-device test set sizes n_k (non-negative whole numbers); needed for
+        ``pooled_mean``.
+    correct : array-like of shape (K,), optional
+        Per-device numbers of correct predictions c_k <= n_k; with
+        ``num_examples`` the pooled mean is sum c_k / sum n_k.
+
+    Returns
+    -------
+    dict
+        The summary.json names, as plain Python numbers: ``mean``,
+        ``pooled_mean`` (None without ``num_examples``), ``worst_10``,
+        ``best_10``, ``std``, ``variance_1e4``, ``jain``, ``entropy``,
+        ``gini``, ``min``, ``max`` and ``K``.
+
+    Raises
+    ------
+    ValueError
+        Naming the argument, for an empty input, NaN or inf, accuracies
+        outside [0, 1], mismatched lengths, negative or fractional counts, or
+        correct > num_examples.
+    """
+    a = _as_accuracies(accuracies)
+    return {
+        "mean": mean_accuracy(a),
+        "pooled_mean": pooled_mean(a, num_examples, correct),
+        "worst_10": worst_10(a),
+        "best_10": best_10(a),
+        "std": std(a),
+        "variance_1e4": variance_1e4(a),
+        "jain": jain_index(a),
+        "entropy": entropy(a),
+        "gini": gini(a),
+        "min": float(np.min(a)),
+        "max": float(np.max(a)),
+        "K": int(a.size),
+    }
+
+
+# ------------------------------------------------------------------ loss risks
+
+
+def _tail_mass(alpha: float, size: int) -> tuple[float, float]:
+    """alpha K as an unevaluated sum hi + lo (lo the rounding error of hi).
+
+    An alpha K within 1e-9 of an integer is that integer (lo = 0), so alpha is
+    read as the decimal the user wrote: 0.29 * 100 counts 29 losses, although
+    it is 28.999999999999996 in binary.
+    """
+    mass = Fraction(alpha) * size
+    nearest = round(mass)
+    if abs(mass - nearest) <= _COUNT_TOLERANCE:
+        return float(nearest), 0.0
+    hi = float(mass)
+    return hi, float(mass - Fraction(hi))
+
+
+def _var(losses: Vector, alpha: float) -> float:
+    """VaR of validated losses: the (m+1)-th largest loss, m = floor(alpha K)."""
+    tail = math.floor(_tail_mass(alpha, losses.size)[0])
+    return float(np.sort(losses)[::-1][min(tail, losses.size - 1)])
+
+
+def _cvar(losses: Vector, alpha: float, var: float) -> float:
+    """CVaR of validated losses, given their VaR (a minimising g)."""
+    return var + float(np.sum(np.maximum(losses - var, 0.0))) / (alpha * losses.size)
+
+
+def _evar_objective(z: Vector, alpha: float, tau: Vector) -> Vector:
+    """(EVaR objective at t = tau / s - l_max) / s, for z = (l - l_min) / s and tau > 0.
+
+    R(t) - (1/t) log alpha = l_max + s (log mean exp(tau (z - 1)) - log alpha) / tau,
+    with every exponent <= 0.
+    """
+    log_mean = np.log1p(np.mean(np.expm1(tau[:, None] * (z[None, :] - 1.0)), axis=1))
+    return (log_mean - math.log(alpha)) / tau
+
+
+def _log_ratio_negative_tilt(exponents: Vector, mass: tuple[float, float]) -> Vector:
+    """log(B / alpha), B = M - (1 - alpha), for rows of tau z with tau < 0; -inf where B <= 0.
+
+    K B = alpha K + sum_i expm1(tau z_i) is evaluated as
+    (alpha K - #big) + sum_big exp(tau z_i) + sum_small expm1(tau z_i), where
+    the "big" terms have exp(tau z_i) < 1/2: the integer part is exact and
+    the two sums keep full relative accuracy.  Without big terms (small
+    |tau|) the ratio is log1p(sum_small / (alpha K)); when the first two
+    parts cancel exactly, log B stays in the log domain (so the limit
+    t -> -inf is not lost to underflow).  A B within rounding noise of 0
+    counts as <= 0.
+    """
+    alpha_k = mass[0] + mass[1]
+    big = exponents < -math.log(2.0)
+    constant = (mass[0] - np.count_nonzero(big, axis=1)) + mass[1]
+    small_sum = np.sum(np.where(big, 0.0, np.expm1(exponents)), axis=1)
+    big_exponents = np.where(big, exponents, -np.inf)
+    shift = np.max(big_exponents, axis=1)
+    has_big = np.isfinite(shift)
+    log_big = np.full(shift.shape, -np.inf)
+    log_big[has_big] = shift[has_big] + np.log(
+        np.sum(np.exp(big_exponents[has_big] - shift[has_big, None]), axis=1)
+    )
+    big_sum = np.exp(log_big)
+    bracket = constant + big_sum + small_sum
+    noise = 16.0 * np.finfo(np.float64).eps * (np.abs(constant) + big_sum - small_sum)
+    log_ratio = np.full(shift.shape, -np.inf)
+    inside = bracket > noise
+    log_ratio[inside] = np.log(bracket[inside]) - math.log(alpha_k)
+    near_one = inside & ~has_big
+    log_ratio[near_one] = np.log1p(small_sum[near_one] / alpha_k)
+    pure = has_big & (constant == 0.0) & (small_sum == 0.0)
+    log_ratio[pure] = log_big[pure] - math.log(alpha_k)
+    return log_ratio
+
+
+def _tivar_objective(
+    z: Vector, alpha: float, mass: tuple[float, float], tau: Vector
+) -> Vector:
+    """(TiVaR objective at t = tau / s - l_min) / s, for z = (l - l_min) / s and tau != 0.
+
+    ``mass`` is alpha K from _tail_mass.
+
+    The objective is l_min + s (1/tau) log(B / alpha) with the bracket
+    B = [M - (1 - alpha)]_+ and M = mean exp(tau z).  A bracket <= 0 (only
+    possible for tau < 0) gives +inf, the limit of log(B) / tau there.  Regimes:
+
+    - 0 < tau <= 500: B / alpha = 1 + mean(expm1(tau z)) / alpha, all terms >= 0;
+    - tau > 500: log B = log M + log1p(-(1 - alpha) / M), log M max-shifted;
+    - tau < 0: see _log_ratio_negative_tilt.
+    """
+    value = np.full(tau.shape, np.inf)
+
+    middle = (tau > 0.0) & (tau <= _LOG_DOMAIN_TAU)
+    if np.any(middle):
+        t = tau[middle]
+        excess = np.mean(np.expm1(t[:, None] * z[None, :]), axis=1) / alpha
+        value[middle] = np.log1p(excess) / t
+
+    large = tau > _LOG_DOMAIN_TAU
+    if np.any(large):
+        t = tau[large]
+        log_m = t + np.log(np.mean(np.exp(t[:, None] * (z[None, :] - 1.0)), axis=1))
+        log_bracket = log_m + np.log1p(-(1.0 - alpha) * np.exp(-log_m))
+        value[large] = (log_bracket - math.log(alpha)) / t
+
+    negative = tau < 0.0
+    if np.any(negative):
+        t = tau[negative]
+        log_ratio = _log_ratio_negative_tilt(t[:, None] * z[None, :], mass)
+        inside = np.isfinite(log_ratio)
+        rows = np.flatnonzero(negative)[inside]
+        value[rows] = log_ratio[inside] / t[inside]
+    return value
+
+
+def _minimise_over_tau(objective: Callable[[Vector], Vector], sign: float) -> tuple[float, float]:
+    """Minimise ``objective`` over tau = sign 10^u, u in the grid range.
+
+    Grid search in u, then a golden-section search between the neighbours of
+    the lowest few grid minima.  Returns the lowest value seen and its tau
+    ((inf, nan) when the objective is +inf on the whole grid).
+    """
+
+    def at(u: Vector) -> Vector:
+        return objective(sign * np.power(10.0, u))
+
+    grid = _LOG10_TAU_GRID
+    values = at(grid)
+    best = int(np.argmin(values))
+    best_value, best_u = float(values[best]), float(grid[best])
+    if not math.isfinite(best_value):
+        return math.inf, math.nan
+    left = np.concatenate(([np.inf], values[:-1]))
+    right = np.concatenate((values[1:], [np.inf]))
+    minima = np.flatnonzero((values <= left) & (values <= right) & np.isfinite(values))
+    minima = minima[np.argsort(values[minima], kind="stable")][:_REFINED_MINIMA]
+    low = grid[np.maximum(minima - 1, 0)]
+    high = grid[np.minimum(minima + 1, grid.size - 1)]
+    inner_low = high - _INVERSE_GOLDEN_RATIO * (high - low)
+    inner_high = low + _INVERSE_GOLDEN_RATIO * (high - low)
+    f_low, f_high = at(inner_low), at(inner_high)
+    for _ in range(_GOLDEN_STEPS):
+        for u, f in ((inner_low, f_low), (inner_high, f_high)):
+            i = int(np.argmin(f))
+            if f[i] < best_value:
+                best_value, best_u = float(f[i]), float(u[i])
+        # Keep [low, inner_high] where f_low <= f_high, else [inner_low, high];
+        # one inner point carries over, the other is new.
+        keep_low = f_low <= f_high
+        low = np.where(keep_low, low, inner_low)
+        high = np.where(keep_low, inner_high, high)
+        new = np.where(
+            keep_low,
+            high - _INVERSE_GOLDEN_RATIO * (high - low),
+            low + _INVERSE_GOLDEN_RATIO * (high - low),
+        )
+        f_new = at(new)
+        inner_low, inner_high, f_low, f_high = (
+            np.where(keep_low, new, inner_high),
+            np.where(keep_low, inner_low, new),
+            np.where(keep_low, f_new, f_high),
+            np.where(keep_low, f_low, f_new),
+        )
+    return best_value, sign * 10.0**best_u
+
+
+def _evar(losses: Vector, alpha: float, cvar: float) -> tuple[float, float]:
+    """EVaR and its minimising t for validated losses, given their CVaR."""
+    l_min, l_max = float(np.min(losses)), float(np.max(losses))
+    spread = l_max - l_min
+    if spread == 0.0:
+        return l_max, math.inf
+    z = (losses - l_min) / spread
+    value, tau = _minimise_over_tau(lambda t: _evar_objective(z, alpha, t), 1.0)
+    # t -> +inf gives l_max - (1/t) log alpha -> l_max: the infimum is never above it.
+    candidates = [(l_max, math.inf), (l_max + spread * value, tau / spread)]
+    evar, t_star = min(candidates, key=lambda c: c[0])
+    # EVaR >= CVaR (the paper): a lower value can only be rounding.
+    return max(evar, cvar), t_star
+
+
+def _tivar(
+    losses: Vector, alpha: float, var: float, evar: float, evar_t: float
+) -> tuple[float, float]:
+    """TiVaR and its minimising t for validated losses, given VaR and EVaR (with its t)."""
+    l_min, l_max = float(np.min(losses)), float(np.max(losses))
+    spread = l_max - l_min
+    if spread == 0.0:
+        # The bracket is alpha for every t: each t attains l_min; report t = 0.
+        return l_min, 0.0
+    z = (losses - l_min) / spread
+    mass = _tail_mass(alpha, losses.size)
+
+    def objective(tau: Vector) -> Vector:
+        return _tivar_objective(z, alpha, mass, tau)
+
+    candidates = [
+        # t -> +inf: the objective tends to l_max.
+        (l_max, math.inf),
+        # t -> 0: log(1 + t mean(l - l_min) / alpha) / t -> mean(l - l_min) / alpha.
+        (l_min + spread * float(np.mean(z)) / alpha, 0.0),
+    ]
+    if (mass[0] - np.count_nonzero(z > 0)) + mass[1] > 0.0:
+        # More than (1 - alpha) K losses equal l_min: as t -> -inf the bracket
+        # tends to #{l_i = l_min} / K - (1 - alpha) > 0 and the objective to
+        # l_min, which is also VaR, the lower bound.
+        candidates.append((l_min, -math.inf))
+    for sign in (1.0, -1.0):
+        value, tau = _minimise_over_tau(objective, sign)
+        candidates.append((l_min + spread * value, tau / spread))
+    if math.isfinite(evar_t):
+        # For t > 0 the TiVaR objective is pointwise at most the EVaR one.
+        value = float(objective(np.array([evar_t * spread]))[0])
+        candidates.append((l_min + spread * value, evar_t))
+    tivar, t_star = min(candidates, key=lambda c: c[0])
+    # VaR <= TiVaR <= EVaR (the paper): a value outside can only be rounding.
+    return min(max(tivar, var), evar), t_star
+
+
+def value_at_risk(losses: ArrayLike, alpha: float) -> float:
+    """Value-at-risk VaR(1 - alpha) = min { g : (1/K) #{i : l_i >= g} <= alpha }.
+
+    The bound is the (m+1)-th largest loss with m = floor(alpha K) (an
+    alpha K within 1e-9 of an integer counts as that integer).
+
+    Raises
+    ------
+    ValueError
+        For empty, non-finite or non-1-D losses, or alpha outside (0, 1).
+    """
+    return _var(_as_vector(losses, "losses"), _as_alpha(alpha))
+
+
+def conditional_value_at_risk(losses: ArrayLike, alpha: float) -> float:
+    """Conditional value-at-risk CVaR(1 - alpha) = min_g g + (1/alpha) mean_i (l_i - g)_+.
+
+    The objective is piecewise linear and convex in g and VaR minimises it
+    (Rockafellar and Uryasev, 2000), so CVaR = VaR + (1/alpha) mean_i (l_i - VaR)_+
+    exactly.  When alpha K is an integer it is the mean of the alpha K largest
+    losses.
+    """
+    array = _as_vector(losses, "losses")
+    level = _as_alpha(alpha)
+    return _cvar(array, level, _var(array, level))
+
+
+def entropic_value_at_risk(losses: ArrayLike, alpha: float) -> tuple[float, float]:
+    """Entropic value-at-risk EVaR(1 - alpha) = min_{t > 0} R(t) - (1/t) log alpha.
+
+    R(t) = (1/t) log mean_i exp(t l_i) is the tilted objective.  The function
+    of t is unimodal (convex in 1/t); it is minimised over t = tau / (l_max -
+    l_min) with log10 tau in [-6, 12] by a grid and a golden-section search,
+    in the log domain, and compared with the limit t -> +inf, l_max (so
+    EVaR <= max l_i).  All losses equal gives that value with t = inf.
+    CVaR <= EVaR holds exactly: a found value below CVaR (rounding) is
+    raised to it.
+
+    Returns
+    -------
+    (float, float)
+        EVaR and the minimising t (math.inf when the infimum is the limit).
+    """
+    array = _as_vector(losses, "losses")
+    level = _as_alpha(alpha)
+    return _evar(array, level, _cvar(array, level, _var(array, level)))
+
+
+def tilted_value_at_risk(losses: ArrayLike, alpha: float) -> tuple[float, float]:
+    """Tilted value-at-risk TiVaR(1 - alpha), minimised over real t.
+
+    TiVaR = min_t l_min + (1/t) log([mean_i exp(t (l_i - l_min)) - (1 - alpha)]_+ / alpha),
+
+    where a bracket <= 0 (possible only for t < 0) counts as +inf.  Both signs
+    of t are searched as for EVaR, together with the limits t -> 0
+    (l_min + mean_i (l_i - l_min) / alpha), t -> +inf (l_max) and, when more
+    than (1 - alpha) K losses equal l_min, t -> -inf (l_min), and with EVaR's
+    minimiser (where the TiVaR objective is below EVaR).  All losses equal
+    gives that value, attained at every t; t = 0 is reported.
+    VaR <= TiVaR <= EVaR holds exactly: a found value outside (rounding) is
+    moved onto the bound.
+
+    Returns
+    -------
+    (float, float)
+        TiVaR and the minimising t (0.0 or +-math.inf for the limits).
+    """
+    array = _as_vector(losses, "losses")
+    level = _as_alpha(alpha)
+    var = _var(array, level)
+    evar, evar_t = _evar(array, level, _cvar(array, level, var))
+    return _tivar(array, level, var, evar, evar_t)
+
+
+def loss_risks(losses: ArrayLike, alpha: float = 0.1) -> dict[str, float]:
+    """VaR, CVaR, EVaR and TiVaR of per-device losses at level alpha.
+
+    Parameters
+    ----------
+    losses : array-like of shape (K,)
+        Finite per-device losses l_k.
+    alpha : float, default 0.1
+        Tail level in (0, 1): the risks look at the worst alpha fraction.
+
+    Returns
+    -------
+    dict
+        ``alpha``, ``var``, ``cvar``, ``evar``, ``evar_t`` (its minimising t),
+        ``tivar`` and ``tivar_t``, as Python floats, with
+        var <= tivar <= evar and var <= cvar <= evar.  The t values may be
+        +-inf (or 0.0 for TiVaR) when the optimum is a limit.
+    """
+    array = _as_vector(losses, "losses")
+    level = _as_alpha(alpha)
+    var = _var(array, level)
+    cvar = _cvar(array, level, var)
+    evar, evar_t = _evar(array, level, cvar)
+    tivar, tivar_t = _tivar(array, level, var, evar, evar_t)
+    return {
+        "alpha": level,
+        "var": var,
+        "cvar": cvar,
+        "evar": evar,
+        "evar_t": evar_t,
+        "tivar": tivar,
+        "tivar_t": tivar_t,
+    }
