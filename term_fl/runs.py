@@ -9,6 +9,7 @@ SQLite results store in one transaction as it completes.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -159,8 +160,21 @@ class RunRecorder(Recorder):
             wall_time_s=time.perf_counter() - self._start,
             error=error,
         )
-        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=2, default=_json_default) + "\n")
+        (self.run_dir / "summary.json").write_text(
+            json.dumps(finite_json(self.summary), indent=2, allow_nan=False, default=_json_default) + "\n"
+        )
         self.store.finish_run(self.run_id, status, summary=self.summary, error=error)
+
+
+def finite_json(value: Any) -> Any:
+    """``value`` with NaN and infinities (e.g. a risk's limiting t) as None: strict JSON."""
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _json_default(value: Any) -> Any:

@@ -185,3 +185,11 @@ def test_missing_nodes_give_a_clear_error_not_a_hang():
 def test_run_scenario_uses_the_engine_the_scenario_names(tiny):
     result = run_scenario(tiny)
     assert result.rounds_completed == 3 and len(result.node_partitions) == 6
+
+
+def test_summary_json_is_strict_json_even_with_infinite_risk_parameters(tiny, tmp_path):
+    """EVaR's minimising t can be +inf; summary.json must still parse as standard JSON."""
+    _, recorder = run_to_store(tiny, tmp_path)
+    text = (tmp_path / "run" / "summary.json").read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
