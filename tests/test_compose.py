@@ -383,7 +383,8 @@ def test_submit_script_writes_the_connection_and_waits(tmp_path):
     }
     script = str(REPO / "deploy" / "submit.sh")
     try:
-        out = subprocess.run(["sh", script, "echo", "ran"], env=env, capture_output=True, text=True, timeout=30)
+        out = subprocess.run(["sh", script, "echo", "ran"], env=env, capture_output=True, text=True, timeout=30,
+                             check=False)
     finally:
         listener.close()
     assert out.returncode == 0, out.stderr
@@ -393,9 +394,9 @@ def test_submit_script_writes_the_connection_and_waits(tmp_path):
     assert config["superlink"]["local-test"] == {"address": f"127.0.0.1:{port}", "root-certificates": str(cert)}
     # flwr refuses a relative root-certificates path: the script refuses it first
     bad = subprocess.run(["sh", script, "true"], env={**env, "TERM_FL_ROOT_CERTIFICATES": "ca.crt"},
-                         capture_output=True, text=True, timeout=30)
+                         capture_output=True, text=True, timeout=30, check=False)
     assert bad.returncode == 2 and "absolute" in bad.stderr
     # never clobbers a config.toml it did not write
     (home / "config.toml").write_text('[superlink]\ndefault = "mine"\n')
-    mine = subprocess.run(["sh", script, "true"], env=env, capture_output=True, text=True, timeout=30)
+    mine = subprocess.run(["sh", script, "true"], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert mine.returncode == 2 and "not written by this script" in mine.stderr
