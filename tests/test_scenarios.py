@@ -1,0 +1,125 @@
+"""The scenario files in configs/: they validate, their sweeps expand, and they say what docs/scenarios.md claims."""
+
+from __future__ import annotations
+
+import json
+import os
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from term_fl.config import VEHICLE_DATA_ENV, config_hash, load_scenario, sweep_cells, with_overrides
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+SCENARIO_FILES = sorted(CONFIGS.glob("*.toml"))
+VEHICLE_DATA = os.environ.get(VEHICLE_DATA_ENV) or "/work/shared/data/vehicle/vehicle_fewshot.json"
+HAVE_VEHICLE = Path(VEHICLE_DATA).is_file()
+VEHICLE_SCENARIOS = {"vehicle-sensor.toml", "noisy-sensors.toml"}
+
+
+def load(name: str, overrides=None):
+    path = CONFIGS / name
+    if name in VEHICLE_SCENARIOS and not HAVE_VEHICLE:
+        pytest.skip(f"vehicle data not found (set {VEHICLE_DATA_ENV})")
+    return load_scenario(path, overrides, environ={VEHICLE_DATA_ENV: VEHICLE_DATA})
+
+
+def cells(name: str):
+    return [cell for _, cell in sweep_cells(load(name))]
+
+
+def test_the_three_scenarios_exist():
+    assert {p.name for p in SCENARIO_FILES} >= {"vehicle-sensor.toml", "fairness.toml", "noisy-sensors.toml"}
+
+
+@pytest.mark.parametrize("path", SCENARIO_FILES, ids=lambda p: p.name)
+def test_every_scenario_validates_and_its_sweep_expands(path):
+    s = load(path.name)
+    assert s.name == path.stem
+    expanded = sweep_cells(s)
+    assert len(expanded) > 1
+    # every cell is one distinct run: no two cells share settings and seed
+    keys = {(config_hash(c), c.run.seed) for _, c in expanded}
+    assert len(keys) == len(expanded)
+
+
+def test_vehicle_data_path_comes_from_the_environment_not_the_file():
+    for name in VEHICLE_SCENARIOS:
+        raw = tomllib.loads((CONFIGS / name).read_text())
+        assert "path" not in raw["data"]
+        assert load(name).data.path == str(Path(VEHICLE_DATA).resolve())
+
+
+def test_vehicle_sensor_claims():
+    s = load("vehicle-sensor.toml")
+    assert s.data.name == "vehicle" and s.model.name == "linear_svm" and s.model.l2 > 0
+    assert s.run.clients_per_round == 10
+    assert s.data.seed is None  # each run.seed re-splits
+    assert s.data.val_fraction >= 0.2 and s.data.test_fraction >= 0.3
+    cs = cells("vehicle-sensor.toml")
+    assert len(cs) == 15
+    assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
+    assert sorted({c.run.seed for c in cs}) == [0, 1, 2, 3, 4]
+    assert {c.strategy.q for c in cs if c.strategy.name == "qffl"} == {5.0}
+    assert all(c.strategy.t > 0 for c in cs if c.strategy.name == "term")
+    assert all(c.client.tau == 0 for c in cs)
+
+
+def test_fairness_claims():
+    s = load("fairness.toml")
+    assert s.data.name == "synthetic" and s.data.num_devices == 100
+    assert (s.data.alpha, s.data.beta) == (1.0, 1.0)
+    assert s.model.name == "logreg"
+    cs = cells("fairness.toml")
+    assert {c.data.num_devices for c in cs} == {100}
+    assert sorted({c.run.seed for c in cs}) == [0, 1, 2]
+    assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
+    assert sorted({c.strategy.q for c in cs if c.strategy.name == "qffl"}) == [0.1, 1, 5, 10]
+    assert sorted({c.strategy.t for c in cs if c.strategy.name == "term"}) == [0.1, 1, 2, 5, 10, 50, 100, 200]
+    # one cell per distinct setting: 1 fedavg + 4 q + 8 t, each over 3 seeds
+    assert len({config_hash(c) for c in cs}) == 13
+    assert len(cs) == 13 * 3
+
+
+def test_noisy_sensors_claims():
+    s = load("noisy-sensors.toml")
+    assert s.data.name == "vehicle" and s.data.noise == "random_labels"
+    assert s.data.num_noisy > 0 or s.data.noisy_devices
+    cs = cells("noisy-sensors.toml")
+    variants = {(c.strategy.name, c.strategy.t if c.strategy.name == "term" else None, c.client.tau) for c in cs}
+    assert ("fedavg", None, 0.0) in variants
+    assert any(name == "term" and t < 0 and tau == 0 for name, t, tau in variants)  # device-level TERM
+    assert any(name == "term" and t < 0 and tau < 0 for name, t, tau in variants)  # hierarchical TERM
+    assert all(t < 0 for name, t, _ in variants if name == "term")
+    assert sorted({c.run.seed for c in cs}) == [0, 1, 2, 3, 4]
+
+
+def test_noisy_devices_are_reproducible_from_the_seed():
+    from term_fl.data import build_dataset
+
+    s = load("noisy-sensors.toml")
+
+    def noisy(seed):
+        ds = build_dataset("vehicle", path=s.data.path, seed=seed, noise=s.data.noise, num_noisy=s.data.num_noisy,
+                           train_fraction=s.data.train_fraction, val_fraction=s.data.val_fraction,
+                           test_fraction=s.data.test_fraction)
+        return tuple(ds.metadata["noise"]["devices"])
+
+    assert noisy(0) == noisy(0)
+    assert len(noisy(0)) == s.data.num_noisy
+
+
+@pytest.mark.slow
+def test_vehicle_sensor_sweep_smoke(tmp_path):
+    from term_fl.sweep import run_sweep
+
+    s = load("vehicle-sensor.toml", {"run.rounds": 2})
+    s = with_overrides(s, {"sweep": {**s.sweep, "run.seed": [0]}})
+    assert run_sweep(s, db=tmp_path / "results.db", out_dir=tmp_path / "sweep", engine="inprocess") == 0
+    csv_path, json_path = tmp_path / "sweep" / "comparison.csv", tmp_path / "sweep" / "comparison.json"
+    assert csv_path.is_file() and json_path.is_file()
+    result = json.loads(json_path.read_text())
+    assert {row["strategy"] for row in result["cells"]} == {"fedavg", "qffl", "term"}
+    header = csv_path.read_text().splitlines()[0]
+    assert "test.worst_10" in header
