@@ -1,0 +1,82 @@
+"""`python -m benchmarks --size small`: every benchmark runs and reports numbers; nothing is left running.
+
+Nothing here asserts anything about time: the numbers depend on the machine
+and its load. The slow test takes a few minutes (Ray starts several times).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.__main__ import BENCHMARKS, check_device, main, parse_args  # noqa: E402
+
+NUMERIC = {
+    "inprocess_vs_reference": [("engine_median_s",), ("reference_median_s",), ("ratio",)],
+    "vehicle_table": [("inprocess", "total_s"), ("inprocess", "scaled_30_rounds_s"), ("flower", "total_s"),
+                      ("flower", "scaled_30_rounds_s"), ("flower", "ray_start_s")],
+    "term_vs_flower_fedavg": [("term_mean_s",), ("flwr_fedavg_mean_s",), ("ratio_mean",)],
+    "store": [("median_s",), ("num_devices",)],
+}
+SCALE_POINT = [("round_median_s",), ("discovery_s",), ("startup_to_server_s",), ("memory", "peak_rss_bytes")]
+
+
+def _get(data: dict, path: tuple[str, ...]):
+    for key in path:
+        data = data[key]
+    return data
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def test_unknown_benchmark_is_refused():
+    with pytest.raises(SystemExit):
+        parse_args(["--only", "nope"])
+    assert parse_args(["--only", "store,scale"]).names == ["store", "scale"]
+
+
+def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert "no CUDA device" in check_device("cuda")
+    assert main(["--device", "cuda", "--out", str(tmp_path / "r.json")]) == 2
+    assert not (tmp_path / "r.json").exists()
+
+
+@pytest.mark.slow
+def test_small_benchmarks_report_every_number_and_leave_no_ray(tmp_path):
+    import ray
+
+    out = tmp_path / "results.json"
+    assert main(["--size", "small", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert set(data["benchmarks"]) == set(BENCHMARKS)
+    for name, bench in data["benchmarks"].items():
+        assert bench["error"] is None, bench["error"]
+        assert bench["rows"], name
+        for path in NUMERIC.get(name, []):
+            assert _is_number(_get(bench["raw"], path)), (name, path)
+    scale = data["benchmarks"]["scale"]["raw"]
+    points = [p for dispatcher in scale["points"].values() for p in dispatcher]
+    assert points
+    for point in points:
+        assert point["rounds_completed"] == point["rounds_planned"] and not point["timed_out"]
+        for path in SCALE_POINT:
+            assert _is_number(_get(point, path)), path
+    assert all(_is_number(p["one_poll_s"]) for p in scale["linkstate_probe"])
+    machine = data["machine"]
+    assert _is_number(machine["cpu_count"]) and machine["versions"]["torch"] and machine["versions"]["flwr"]
+    assert data["table_markdown"].startswith("| benchmark |")
+    assert not ray.is_initialized()
