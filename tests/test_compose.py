@@ -291,6 +291,42 @@ def test_dev_override_is_plaintext_everywhere(main):
     assert dev["secrets"] == {}
 
 
+def _compose_cli() -> list[str] | None:
+    """A Docker Compose v2 CLI, if this machine has one (`config` needs no engine)."""
+    candidates = [["docker", "compose"], ["docker-compose"]]
+    for cmd in candidates:
+        if shutil.which(cmd[0]) is None:
+            continue
+        out = subprocess.run([*cmd, "version"], capture_output=True, text=True, timeout=60, check=False)
+        match = re.search(r"v?(\d+)\.(\d+)", out.stdout)
+        if out.returncode == 0 and match and (int(match[1]), int(match[2])) >= (2, 24):
+            return cmd
+    return None
+
+
+@pytest.mark.parametrize(
+    ("files", "profile"),
+    [([MAIN], "vehicle-sensor"), ([MAIN], "fairness"), ([MAIN, GPU], "vehicle-sensor"), ([MAIN, DEV], "fairness")],
+)
+def test_docker_compose_accepts_the_files(files, profile):
+    """Docker Compose itself (>= 2.24 for `!reset`) resolves every combination, when installed."""
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("no Docker Compose >= 2.24 CLI here (the schema and structure tests still run)")
+    args = [*cli, *(a for f in files for a in ("-f", str(REPO / f))), "--profile", profile, "config"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+    assert out.returncode == 0, out.stderr
+    resolved = yaml.safe_load(out.stdout)
+    nodes = [s for s in resolved["services"].values() if (s.get("entrypoint") or [None])[0] == "flower-supernode"]
+    assert len(nodes) == (23 if profile == "vehicle-sensor" else gen.DEFAULT_FAIRNESS_SUPERNODES)
+    for node in nodes:
+        argv_ = [*node["entrypoint"], *node["command"]]
+        assert ("--insecure" in argv_) == (DEV in files)
+        assert ("--root-certificates" in argv_) == (DEV not in files)
+        if GPU in files:
+            assert node["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+
+
 # --------------------------------------------------------------------------
 # Flags against the installed Flower 1.42 binaries
 # --------------------------------------------------------------------------
