@@ -25,7 +25,7 @@ from term_fl.client_app import EVAL_SPLITS, SCENARIO_KEY, dataset_for, model_for
 from term_fl.config import Scenario
 from term_fl.fairness import fairness_summary, loss_risks
 from term_fl.models import get_weights
-from term_fl.strategies import FedAvg, build_strategy, filter_replies
+from term_fl.strategies import FedAvg, build_strategy, filter_replies, sent_index
 
 log = logging.getLogger("term_fl")
 
@@ -177,7 +177,10 @@ def _evaluate_round(
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[dict[str, Any]]]:
     messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
     replies = list(grid.send_and_receive(messages, timeout=timeout))
-    valid, excluded = filter_replies(replies, require_arrays=False, required_metrics=EVAL_METRICS)
+    valid, excluded = filter_replies(
+        replies, require_arrays=False, required_metrics=EVAL_METRICS,
+        context="evaluate", sent=sent_index(messages, strategy.node_partitions),
+    )
     rows: list[dict[str, Any]] = []
     stats: dict[str, dict[str, Any]] = {}
     for split in EVAL_SPLITS:

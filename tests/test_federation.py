@@ -193,3 +193,30 @@ def test_summary_json_is_strict_json_even_with_infinite_risk_parameters(tiny, tm
     text = (tmp_path / "run" / "summary.json").read_text()
     assert "Infinity" not in text and "NaN" not in text
     json.loads(text, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
+
+
+class UnavailableNodeGrid(InProcessGrid):
+    """Answers for partition 0's node as Flower's SuperLink does for an unavailable node:
+    an error reply whose source is the SuperLink (node 1), not the node itself."""
+
+    def _deliver(self, msg):
+        from flwr.app import Error, Message
+
+        if self._contexts[msg.metadata.dst_node_id].node_config["partition-id"] == 0 and \
+                msg.metadata.message_type != "query":
+            reply = Message(Error(code=5, reason="Node Unavailable"), reply_to=msg)
+            reply.metadata.__dict__["_src_node_id"] = 1
+            return reply
+        return super()._deliver(msg)
+
+
+def test_error_replies_sent_on_behalf_of_a_node_name_that_node(tiny, caplog):
+    scenario = small_scenario("run.engine=inprocess", "run.clients_per_round=6")
+    grid = UnavailableNodeGrid(client_app, 6)
+    node_of_partition0 = next(n for n, c in grid._contexts.items() if c.node_config["partition-id"] == 0)
+    rec = ListRecorder()
+    with caplog.at_level("WARNING", logger="flwr"):
+        run_federation(grid, scenario, rec)
+    for rnd in rec.rounds:
+        assert {(e["node_id"], e["partition_id"]) for e in rnd.excluded} == {(node_of_partition0, 0)}
+    assert f"excluding reply from node {node_of_partition0} (partition 0)" in caplog.text

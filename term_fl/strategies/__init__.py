@@ -15,6 +15,7 @@ from .base import (
     RoundReport,
     combine_models,
     filter_replies,
+    sent_index,
 )
 from .qffl import QFFL, qffl_coefficients
 from .term import TermFedAvg
@@ -32,6 +33,7 @@ __all__ = [
     "combine_models",
     "filter_replies",
     "qffl_coefficients",
+    "sent_index",
 ]
 
 STRATEGIES: dict[str, type[FedAvg]] = {"fedavg": FedAvg, "qffl": QFFL, "term": TermFedAvg}

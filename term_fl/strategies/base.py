@@ -242,6 +242,7 @@ def filter_replies(
     positive_metrics: Sequence[str] = (),
     nonnegative_metrics: Sequence[str] = (),
     context: str = "aggregate",
+    sent: Mapping[str, tuple[int, int | None]] | None = None,
 ) -> tuple[list[Message], list[ExcludedReply]]:
     """Split replies into valid ones (sorted) and excluded ones (logged).
 
@@ -271,6 +272,11 @@ def filter_replies(
         Subsets of ``required_metrics`` that must be > 0 / >= 0.
     context : str
         Prefix of the log lines (e.g. "aggregate_train").
+    sent : mapping, optional
+        Message id -> (node id, partition id) of the instructions sent this
+        round (see :func:`sent_index`). Names the node a reply answers for when
+        the reply does not come from it: Flower's SuperLink answers for an
+        unavailable node with an error reply of its own.
 
     Returns
     -------
@@ -290,7 +296,11 @@ def filter_replies(
         if reason is None:
             valid.append(msg)
             continue
-        item = ExcludedReply(msg.metadata.src_node_id, partition_id_of(msg, partition_key), reason)
+        node_id, partition_id = msg.metadata.src_node_id, partition_id_of(msg, partition_key)
+        if sent and msg.metadata.reply_to_message_id in sent:
+            node_id, sent_partition = sent[msg.metadata.reply_to_message_id]
+            partition_id = sent_partition if partition_id is None else partition_id
+        item = ExcludedReply(node_id, partition_id, reason)
         excluded.append(item)
         log(
             WARNING,
@@ -302,6 +312,18 @@ def filter_replies(
         )
     log(INFO, "%s: %d valid replies, %d excluded", context, len(valid), len(excluded))
     return valid, excluded
+
+
+def sent_index(
+    messages: Iterable[Message], node_partitions: Mapping[int, int] | None = None
+) -> dict[str, tuple[int, int | None]]:
+    """Message id -> (destination node, its partition) of messages already pushed."""
+    partitions = node_partitions or {}
+    return {
+        m.metadata.message_id: (m.metadata.dst_node_id, partitions.get(m.metadata.dst_node_id))
+        for m in messages
+        if m.metadata.message_id
+    }
 
 
 # --- model arithmetic ------------------------------------------------------
@@ -468,6 +490,7 @@ class FedAvg(FlowerFedAvg):
         self.current_arrays: ArrayRecord | None = None
         self.last_round: RoundReport | None = None
         self.history: list[RoundReport] = []
+        self._sent: list[Message] = []
         self.last_evaluation: EvaluationReport | None = None
         self._node_of_partition: dict[int, int] | None = None
 
@@ -541,7 +564,15 @@ class FedAvg(FlowerFedAvg):
         )
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
         nodes = [self._node_of_partition[p] for p in partitions]
-        return self._construct_messages(record, nodes, message_type)
+        return self._remember(self._construct_messages(record, nodes, message_type))
+
+    def _remember(self, messages: Iterable[Message]) -> list[Message]:
+        """Keep this round's instructions: the grid gives them ids when it pushes them."""
+        self._sent = list(messages)
+        return self._sent
+
+    def _sent_index(self) -> dict[str, tuple[int, int | None]]:
+        return sent_index(self._sent, self.node_partitions)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -549,7 +580,7 @@ class FedAvg(FlowerFedAvg):
         """Sample partitions (seeded) and send them the global model."""
         self.current_arrays = arrays.copy()
         if self._node_of_partition is None:
-            return super().configure_train(server_round, arrays, config, grid)
+            return self._remember(super().configure_train(server_round, arrays, config, grid))
         config["server-round"] = server_round
         total = len(self._node_of_partition)
         if self.clients_per_round is not None:
@@ -568,7 +599,7 @@ class FedAvg(FlowerFedAvg):
     ) -> Iterable[Message]:
         """Sample ceil(evaluate_fraction * P) partitions (seeded) for evaluation."""
         if self._node_of_partition is None:
-            return super().configure_evaluate(server_round, arrays, config, grid)
+            return self._remember(super().configure_evaluate(server_round, arrays, config, grid))
         config["server-round"] = server_round
         connected = set(grid.get_node_ids())
         count = sum(1 for n in self._node_of_partition.values() if n in connected)
@@ -620,6 +651,7 @@ class FedAvg(FlowerFedAvg):
             partition_key=self.partition_key,
             reference_arrays=self.current_arrays,
             context="aggregate_train",
+            sent=self._sent_index(),
             **self.train_filter_options(),
         )
         if not valid:
@@ -679,6 +711,7 @@ class FedAvg(FlowerFedAvg):
             positive_metrics=(self.weighted_by_key,),
             partition_key=self.partition_key,
             context="aggregate_evaluate",
+            sent=self._sent_index(),
         )
         self.last_evaluation = EvaluationReport(
             server_round=server_round,
