@@ -334,8 +334,19 @@ class ResultsStore:
         return cls(path, _readonly=True)
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connection.
+
+        A writer leaves the file in rollback-journal mode when it is the last
+        connection, so that a read-only reader (the dashboard, possibly on a
+        read-only mount) can open a finished store without creating -wal/-shm
+        files; the next writer switches back to WAL.
+        """
         with self._lock:
+            if not self.readonly:
+                try:
+                    self._conn.execute("PRAGMA journal_mode = DELETE")
+                except sqlite3.OperationalError:
+                    pass  # another connection still uses the WAL: it stays
             self._conn.close()
 
     def __enter__(self) -> ResultsStore:

@@ -538,3 +538,23 @@ def test_one_store_may_be_shared_by_a_writer_and_reader_threads(store):
         t.join(10)
     assert len(results) == 60 and max(results) <= 10
     assert store.get_run(run_id).rounds_completed == 10
+
+
+def test_a_closed_store_opens_read_only_in_a_read_only_folder(tmp_path):
+    """The dashboard's mount may be read-only: no -wal/-shm files may be needed."""
+    import os
+    import stat
+
+    folder = tmp_path / "ro"
+    folder.mkdir()
+    with ResultsStore(folder / "r.db") as store:
+        store.create_run(name="n", scenario="s", engine="inprocess", strategy="fedavg", strategy_params={},
+                         seed=0, config_hash="h", config={}, data={}, rounds_planned=1, run_id="r1")
+    assert not (folder / "r.db-wal").exists()
+    os.chmod(folder, stat.S_IRUSR | stat.S_IXUSR)
+    try:
+        if os.access(folder, os.W_OK):
+            pytest.skip("running as a user who can write anywhere (root): the permission cannot be tested")
+        assert ResultsStore.open_readonly(folder / "r.db").get_run("r1").name == "n"
+    finally:
+        os.chmod(folder, stat.S_IRWXU)
