@@ -10,7 +10,9 @@ process from (scenario, partition-id) and cached.
 from __future__ import annotations
 
 import functools
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -118,9 +120,24 @@ def _task(msg: Message, context: Context) -> _Task:
     dataset = dataset_for(scenario)
     pid = _partition(context, dataset)
     model = _worker_model(scenario_json)
-    arrays: ArrayRecord = msg.content["arrays"]
-    set_weights(model, {k: v.numpy() for k, v in arrays.items()})
+    set_weights(model, _decoded(msg.content["arrays"]))
     return _Task(scenario, pid, dataset.device(pid), model)
+
+
+_last_decoded: dict[str, Any] = {}
+
+
+def _decoded(arrays: ArrayRecord) -> dict[str, np.ndarray]:
+    """The arrays of a record as numpy, decoded once per record object.
+
+    The in-process engine hands one global-model record to every client of a
+    round; Flower's engines deserialise a record per message (no reuse).
+    """
+    ref = _last_decoded.get("record")
+    if ref is None or ref() is not arrays:
+        _last_decoded["record"] = weakref.ref(arrays)
+        _last_decoded["weights"] = {k: v.numpy() for k, v in arrays.items()}
+    return _last_decoded["weights"]
 
 
 @app.query()

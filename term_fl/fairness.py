@@ -60,7 +60,7 @@ _COUNT_TOLERANCE = 1e-9
 # between the grid neighbours of the lowest few local minima of the grid.
 _LOG10_TAU_GRID = np.linspace(-6.0, 12.0, 18 * 24 + 1)
 _REFINED_MINIMA = 4
-_GOLDEN_STEPS = 50
+_GOLDEN_STEPS = 30
 _INVERSE_GOLDEN_RATIO = (math.sqrt(5.0) - 1.0) / 2.0
 
 # Above this tau, mean_i exp(tau z_i) with z_i in [0, 1] is taken in the log

@@ -173,8 +173,15 @@ def _train_rows(sampled: Sequence[int], replies: Sequence[Message], strategy: Fe
 
 
 def _evaluate_round(
-    grid: Grid, strategy: FedAvg, server_round: int, arrays: ArrayRecord, config: ConfigRecord, timeout: float
+    grid: Grid,
+    strategy: FedAvg,
+    server_round: int,
+    arrays: ArrayRecord,
+    config: ConfigRecord,
+    timeout: float,
+    risk_splits: tuple[str, ...],
 ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Evaluate the global model; statistics per split, loss risks for ``risk_splits``."""
     messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
     replies = list(grid.send_and_receive(messages, timeout=timeout))
     valid, excluded = filter_replies(
@@ -202,7 +209,8 @@ def _evaluate_round(
             loss.append(row["loss"])
         if acc:
             summary = fairness_summary(np.array(acc), num_examples=np.array(n), correct=np.array(corr))
-            summary.update(loss_risks(np.array(loss), alpha=RISK_ALPHA))
+            if split in risk_splits:
+                summary.update(loss_risks(np.array(loss), alpha=RISK_ALPHA))
             stats[split] = summary
     return rows, stats, [_excluded_dict(e) for e in excluded]
 
@@ -285,8 +293,11 @@ def _rounds(
             failed_in_a_row = 0
             arrays = new_arrays
         train_rows = _train_rows(sampled, replies, strategy)
+        # Loss risks (a numerical search each) every round on test; on
+        # validation only in the last round, which the summary reports.
+        risk_splits = EVAL_SPLITS if server_round == run.rounds else ("test",)
         eval_rows, stats, eval_excluded = _evaluate_round(
-            grid, strategy, server_round, arrays, config, run.round_timeout
+            grid, strategy, server_round, arrays, config, run.round_timeout, risk_splits
         )
         record = RoundRecord(
             server_round=server_round,
