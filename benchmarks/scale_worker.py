@@ -67,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", required=True)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--linear-dispatcher", action="store_true",
-                        help="swap in benchmarks.dispatcher_patch (Flower's dispatcher polls nodes x messages)")
+                        help="term-fl's linear dispatcher (term_fl.engines.dispatch); without it Flower's own, "
+                             "which polls nodes x messages")
     args = parser.parse_args(argv)
 
     quiet_environment()
@@ -90,10 +91,9 @@ def main(argv: list[str] | None = None) -> int:
     from term_fl.engines.flower import backend_config, ray_session
     from term_fl.federation import Recorder, RoundRecord, run_federation
 
-    if args.linear_dispatcher:
-        from .dispatcher_patch import install
+    from term_fl.engines.dispatch import ENV as DISPATCHER_ENV
 
-        install()
+    os.environ[DISPATCHER_ENV] = "linear" if args.linear_dispatcher else "flower"
     scenario = scale_scenario(args.num_clients, args.clients_per_round, args.rounds, args.evaluate_fraction, args.device)
     server_app = ServerApp()
     outcome: dict[str, Any] = {}

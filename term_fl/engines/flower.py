@@ -1,5 +1,8 @@
 """Flower's Simulation Engine (Ray) driving the shared server loop.
 
+The linear message dispatcher of :mod:`term_fl.engines.dispatch` replaces
+Flower 1.42's (nodes x messages per poll) while a simulation runs.
+
 ``run_flower_simulation`` starts a private Ray instance (own temp folder, no
 usage stats, no dashboard), runs ``term_fl.federation.run_federation`` as the
 ServerApp and ``term_fl.client_app.app`` on ``num_nodes`` virtual
@@ -23,6 +26,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from term_fl.client_app import app as client_app
 from term_fl.config import Scenario
+from term_fl.engines.dispatch import linear_dispatcher
 from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
 
 log = logging.getLogger("term_fl")
@@ -108,7 +112,8 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
         ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
         raybackend.RayBackend.terminate = terminate_actors_only
         _session["temp_dir"] = temp_dir
-        yield
+        with linear_dispatcher():
+            yield
     finally:
         raybackend.RayBackend.terminate = original_terminate
         _session.clear()
@@ -143,12 +148,13 @@ def run_flower_simulation(
     in_session = bool(_session)
     ray_temp_dir = _session.get("temp_dir") or tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
     try:
-        run_simulation(
-            server_app=server_app,
-            client_app=client_app,
-            num_supernodes=num_nodes,
-            backend_config=backend_config(scenario, ray_temp_dir),
-        )
+        with linear_dispatcher():
+            run_simulation(
+                server_app=server_app,
+                client_app=client_app,
+                num_supernodes=num_nodes,
+                backend_config=backend_config(scenario, ray_temp_dir),
+            )
     finally:
         if not in_session:
             if ray.is_initialized():

@@ -1,0 +1,71 @@
+"""The linear dispatcher hands out what Flower 1.42's does: one undelivered message per node per poll."""
+
+from __future__ import annotations
+
+import threading
+from queue import Queue
+from types import SimpleNamespace
+
+import pytest
+
+from term_fl.engines import dispatch
+
+
+class FakeState:
+    """The parts of Flower's InMemoryLinkState the dispatcher reads."""
+
+    def __init__(self, messages):
+        self.lock = threading.RLock()
+        self.message_ins_store = {m.metadata.message_id: m for m in messages}
+        self.checked = []
+
+    def _check_stored_messages(self, ids):
+        self.checked.append(set(ids))
+
+
+def message(mid, node, delivered=""):
+    return SimpleNamespace(metadata=SimpleNamespace(message_id=mid, dst_node_id=node, delivered_at=delivered))
+
+
+def one_poll(state, nodes):
+    queue, stop = Queue(), threading.Event()
+
+    def stop_after_first_wait(timeout):
+        stop.set()
+        return True
+
+    stop.wait = stop_after_first_wait  # run the loop body exactly once
+    dispatch.add_messages_to_queue(state, queue, nodes, stop)
+    return [queue.get_nowait().metadata.message_id for _ in range(queue.qsize())]
+
+
+def test_one_message_per_node_per_poll_in_store_order_and_marked_delivered():
+    msgs = [message("a", 1), message("b", 1), message("c", 2), message("d", 3, delivered="x"), message("e", 9)]
+    state = FakeState(msgs)
+    assert one_poll(state, {1: 0, 2: 1, 3: 2}) == ["a", "c"]  # b waits; d delivered; node 9 unknown
+    assert msgs[0].metadata.delivered_at and msgs[2].metadata.delivered_at and not msgs[1].metadata.delivered_at
+    assert state.checked == [{"a", "b", "c"}]  # Flower's own checks run on the candidates
+    assert one_poll(state, {1: 0, 2: 1, 3: 2}) == ["b"]
+
+
+def test_installed_only_inside_the_block_and_can_be_turned_off(monkeypatch):
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = vce_api.add_messages_to_queue
+    with dispatch.linear_dispatcher() as on:
+        assert on and vce_api.add_messages_to_queue is dispatch.add_messages_to_queue
+        with dispatch.linear_dispatcher() as nested:
+            assert nested
+        assert vce_api.add_messages_to_queue is dispatch.add_messages_to_queue
+    assert vce_api.add_messages_to_queue is original
+    monkeypatch.setenv(dispatch.ENV, "flower")
+    with dispatch.linear_dispatcher() as on:
+        assert not on and vce_api.add_messages_to_queue is original
+
+
+@pytest.mark.parametrize("version", ["1.43.0", "2.0.0"])
+def test_not_installed_for_other_flower_versions(monkeypatch, version):
+    import flwr
+
+    monkeypatch.setattr(flwr, "__version__", version)
+    assert not dispatch.wanted()
