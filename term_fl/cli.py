@@ -104,7 +104,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             '"strategy.name" = ["fedavg", "qffl", "term"] and "run.seed" = [0, 1, 2]'
         )
     db = (args.db or default_db()).resolve()
-    explicit_engine = args.engine is not None or any(o.startswith("run.engine=") for o in args.overrides)
+    # A sweep runs on the engine the scenario file or the command line names,
+    # else on the in-process engine (same numbers, no Ray start per cell).
+    explicit_engine = "engine" in scenario.run.model_fields_set
     return run_sweep(scenario, db=db, out_dir=args.out, engine=None if explicit_engine else "inprocess")
 
 

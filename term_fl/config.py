@@ -305,6 +305,11 @@ def _check_sweep_key(key: str, source: str) -> None:
         set_dotted({}, key, None)
     except ConfigError as exc:
         raise ConfigError(f"invalid {source}: sweep key {exc}") from None
+    if "." not in key:
+        raise ConfigError(
+            f"invalid {source}: sweep key {key!r} names a whole table; sweep its values by "
+            f"dotted keys (e.g. \"{key}.name\"), or list variants in sweep.cells"
+        )
 
 
 def read_scenario_file(path: str | os.PathLike[str]) -> dict[str, Any]:

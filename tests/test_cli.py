@@ -111,3 +111,17 @@ def test_runs_lists_the_store_and_reports_a_missing_store(tmp_path, capsys):
     assert "default" in capsys.readouterr().out
     assert main(["runs", "--db", str(tmp_path / "missing.db")]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_sweep_uses_the_engine_the_scenario_names(tmp_path, capsys, monkeypatch):
+    import term_fl.sweep as sweep_module
+
+    import contextlib
+
+    seen = {}
+    monkeypatch.setattr(sweep_module, "engine_session", lambda scenario: contextlib.nullcontext())  # no Ray
+    monkeypatch.setattr(sweep_module, "run_one", lambda cell, *a, **k: seen.setdefault("engine", cell.run.engine)
+                        and (_ for _ in ()).throw(RuntimeError("stop")))
+    main(["sweep", str(sweep_file(tmp_path)), "--set", "run.engine=flower", "--out", str(tmp_path / "o"),
+          "--db", str(tmp_path / "r.db")])
+    assert seen["engine"] == "flower"

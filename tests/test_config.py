@@ -178,3 +178,15 @@ def test_config_hash_ignores_parameters_the_strategy_does_not_use():
     a = load_scenario(None, ["strategy.name=fedavg", "strategy.t=1"], environ={})
     b = load_scenario(None, ["strategy.name=fedavg", "strategy.t=50", "strategy.q=3"], environ={})
     assert config_hash(a) == config_hash(b)
+
+
+def test_sweeping_a_whole_table_is_refused(tmp_path):
+    """A whole-table value would silently drop the file's other settings of that table."""
+    path = write(tmp_path, '[strategy]\nlam = 0.5\n[sweep]\nstrategy = [{ name = "term", t = 2 }]\n')
+    with pytest.raises(ConfigError, match="names a whole table"):
+        load_scenario(path, environ={})
+
+
+def test_the_engine_is_explicit_only_when_given(tmp_path):
+    assert "engine" not in load_scenario(None, environ={}).run.model_fields_set
+    assert "engine" in load_scenario(None, ["run.engine=flower"], environ={}).run.model_fields_set
