@@ -20,7 +20,7 @@ import numpy as np
 
 STATS = ("pooled_mean", "mean", "worst_10", "best_10", "std", "variance_1e4", "jain", "gini", "entropy",
          "var", "cvar", "evar", "tivar")
-SPLITS = ("validation", "test")
+SPLITS = ("validation", "test", "test_clean")  # test_clean: devices without injected noise
 PARAM_KEYS = ("t", "q", "lam", "tau")
 
 
@@ -65,6 +65,8 @@ def group_cells(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "run_ids": [r["run_id"] for r in runs],
         }
         for split in SPLITS:
+            if split == "test_clean" and not any(r.get(split) for r in runs):
+                continue
             for stat in STATS:
                 values = [((r.get(split) or {}).get(stat)) for r in runs]
                 m, se = mean_and_stderr([v for v in values if v is not None])

@@ -22,6 +22,7 @@ import torch
 import term_fl
 from term_fl.client_app import dataset_for, model_for
 from term_fl.config import Scenario, config_hash
+from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationResult, Recorder, RoundRecord
 from term_fl.models import TermModel, set_weights
 from term_fl.results import ResultsStore
@@ -78,6 +79,9 @@ def build_summary(
     }
     for split, key in SPLIT_KEYS.items():
         summary[key] = (last.stats.get(split) if last else None) or None
+    noisy = set((data.get("noise") or {}).get("devices") or [])
+    if noisy and last is not None:
+        summary["test_clean"] = clean_device_statistics(last.eval_rows, noisy)
     if last is not None and scenario.strategy.name == "term":
         summary["tilted_weights"] = {str(k): v for k, v in sorted(last.tilted_weights.items())}
         summary["running_estimate"] = last.running_estimate
@@ -87,6 +91,18 @@ def build_summary(
     if error:
         summary["error"] = error
     return summary
+
+
+def clean_device_statistics(eval_rows: list[dict[str, Any]], noisy: set[int]) -> dict[str, Any] | None:
+    """Fairness statistics of the test split over the devices whose data was not corrupted."""
+    rows = [r for r in eval_rows if r["split"] == "test" and r["partition_id"] not in noisy]
+    if not rows:
+        return None
+    return fairness_summary(
+        np.array([r["accuracy"] for r in rows]),
+        num_examples=np.array([r["examples"] for r in rows]),
+        correct=np.array([r["correct"] for r in rows]),
+    )
 
 
 def data_record(scenario: Scenario, metadata: dict[str, Any]) -> dict[str, Any]:

@@ -140,11 +140,14 @@ def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, A
     table = Table(title=f"{title}: test split, mean ± standard error over seeds")
     table.add_column("cell")
     table.add_column("seeds", justify="right")
-    for _, label in TABLE_COLUMNS:
+    columns = list(TABLE_COLUMNS)
+    if any("test_clean.pooled_mean" in row for row in rows):
+        columns.insert(1, ("test_clean.pooled_mean", "average, clean devices"))
+    for _, label in columns:
         table.add_column(label, justify="right")
     chosen_hashes = {c["config_hash"] for c in chosen.values()}
     for row in rows:
         mark = " *" if row["config_hash"] in chosen_hashes else ""
-        table.add_row(row["cell"] + mark, str(row["n"]), *(_pm(row, k) for k, _ in TABLE_COLUMNS))
+        table.add_row(row["cell"] + mark, str(row["n"]), *(_pm(row, k) for k, _ in columns))
     table.caption = "* chosen on the validation split" if chosen else None
     return table

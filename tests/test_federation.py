@@ -220,3 +220,17 @@ def test_error_replies_sent_on_behalf_of_a_node_name_that_node(tiny, caplog):
     for rnd in rec.rounds:
         assert {(e["node_id"], e["partition_id"]) for e in rnd.excluded} == {(node_of_partition0, 0)}
     assert f"excluding reply from node {node_of_partition0} (partition 0)" in caplog.text
+
+
+def test_noisy_runs_report_the_clean_devices_separately(tmp_path):
+    scenario = small_scenario("run.engine=inprocess", "data.noise=random_labels", "data.noisy_devices=[1, 4]")
+    _, recorder = run_to_store(scenario, tmp_path)
+    summary = recorder.summary
+    assert summary["data"]["noise"]["devices"] == [1, 4]
+    store = ResultsStore.open_readonly(tmp_path / "results.db")
+    test = store.load_metrics(recorder.run_id, "test")
+    clean = (test["round"] == 3) & ~np.isin(test["partition_id"], [1, 4])
+    expected = fairness_summary(test["accuracy"][clean], num_examples=test["examples"][clean],
+                                correct=test["correct"][clean])
+    assert summary["test_clean"]["K"] == 4
+    assert summary["test_clean"]["pooled_mean"] == pytest.approx(expected["pooled_mean"])
