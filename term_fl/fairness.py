@@ -30,6 +30,8 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from term_fl.arrays import finite_vector
+
 __all__ = [
     "best_10",
     "conditional_value_at_risk",
@@ -71,24 +73,9 @@ _LOG_DOMAIN_TAU = 500.0
 # --------------------------------------------------------------------------- inputs
 
 
-def _as_vector(values: ArrayLike, name: str) -> Vector:
-    """Return ``values`` as a non-empty, finite, 1-D float64 array."""
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a 1-D sequence of real numbers: {err}") from err
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-D (one value per device), got shape {array.shape}.")
-    if array.size == 0:
-        raise ValueError(f"{name} must hold at least one device, got none.")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {array.tolist()}.")
-    return array
-
-
 def _as_accuracies(accuracies: ArrayLike) -> Vector:
     """Return per-device accuracies, each in [0, 1]."""
-    array = _as_vector(accuracies, "accuracies")
+    array = finite_vector(accuracies, "accuracies")
     if np.any((array < 0.0) | (array > 1.0)):
         raise ValueError(
             f"accuracies must lie in [0, 1] (fractions, not percentages), got {array.tolist()}."
@@ -98,7 +85,7 @@ def _as_accuracies(accuracies: ArrayLike) -> Vector:
 
 def _as_counts(values: ArrayLike, name: str, size: int) -> Vector:
     """Return per-device sample counts: non-negative whole numbers, one per device."""
-    array = _as_vector(values, name)
+    array = finite_vector(values, name)
     if array.size != size:
         raise ValueError(
             f"{name} must have one entry per device ({size} accuracies), got {array.size}."
@@ -529,7 +516,7 @@ def value_at_risk(losses: ArrayLike, alpha: float) -> float:
     ValueError
         For empty, non-finite or non-1-D losses, or alpha outside (0, 1).
     """
-    return _var(_as_vector(losses, "losses"), _as_alpha(alpha))
+    return _var(finite_vector(losses, "losses"), _as_alpha(alpha))
 
 
 def conditional_value_at_risk(losses: ArrayLike, alpha: float) -> float:
@@ -540,7 +527,7 @@ def conditional_value_at_risk(losses: ArrayLike, alpha: float) -> float:
     exactly.  When alpha K is an integer it is the mean of the alpha K largest
     losses.
     """
-    array = _as_vector(losses, "losses")
+    array = finite_vector(losses, "losses")
     level = _as_alpha(alpha)
     return _cvar(array, level, _var(array, level))
 
@@ -561,7 +548,7 @@ def entropic_value_at_risk(losses: ArrayLike, alpha: float) -> tuple[float, floa
     (float, float)
         EVaR and the minimising t (math.inf when the infimum is the limit).
     """
-    array = _as_vector(losses, "losses")
+    array = finite_vector(losses, "losses")
     level = _as_alpha(alpha)
     return _evar(array, level, _cvar(array, level, _var(array, level)))
 
@@ -585,7 +572,7 @@ def tilted_value_at_risk(losses: ArrayLike, alpha: float) -> tuple[float, float]
     (float, float)
         TiVaR and the minimising t (0.0 or +-math.inf for the limits).
     """
-    array = _as_vector(losses, "losses")
+    array = finite_vector(losses, "losses")
     level = _as_alpha(alpha)
     var = _var(array, level)
     evar, evar_t = _evar(array, level, _cvar(array, level, var))
@@ -610,7 +597,7 @@ def loss_risks(losses: ArrayLike, alpha: float = 0.1) -> dict[str, float]:
         var <= tivar <= evar and var <= cvar <= evar.  The t values may be
         +-inf (or 0.0 for TiVaR) when the optimum is a limit.
     """
-    array = _as_vector(losses, "losses")
+    array = finite_vector(losses, "losses")
     level = _as_alpha(alpha)
     var = _var(array, level)
     cvar = _cvar(array, level, var)

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from term_fl.arrays import finite_vector
+
 __all__ = [
     "TermRound",
     "hierarchical_objective",
@@ -39,21 +41,6 @@ __all__ = [
 # mean + log1p(sum_i a_i expm1(t c_i)) / t, which keeps full relative accuracy
 # as t -> 0; above it, as a max-shifted log-sum-exp.
 _SMALL_EXPONENT = 1.0
-
-
-def _as_values(values: ArrayLike, name: str = "values") -> NDArray[np.float64]:
-    """Return ``values`` as a non-empty, finite, 1-D float64 array."""
-    try:
-        array = np.asarray(values, dtype=np.float64)
-    except (TypeError, ValueError) as err:
-        raise ValueError(f"{name} must be a 1-D sequence of real numbers: {err}") from err
-    if array.ndim != 1:
-        raise ValueError(f"{name} must be 1-D, got an array of shape {array.shape}.")
-    if array.size == 0:
-        raise ValueError(f"{name} must hold at least one value, got none.")
-    if not np.all(np.isfinite(array)):
-        raise ValueError(f"{name} must be finite (no NaN or inf), got {array.tolist()}.")
-    return array
 
 
 def _as_tilt(t: float, name: str = "t") -> float:
@@ -134,7 +121,7 @@ def tilted_objective(values: ArrayLike, t: float, weights: ArrayLike | None = No
         R(t), evaluated in the log domain: stable for |t| up to 1e3 and values up
         to 1e4, and accurate to about machine precision for tiny |t|.
     """
-    values = _as_values(values)
+    values = finite_vector(values)
     return _tilted_objective(values, _as_tilt(t), _normalised_weights(weights, values.size))
 
 
@@ -160,7 +147,7 @@ def tilted_weights(
     numpy.ndarray of shape (N,)
         The weights p_i (0 where a_i = 0).
     """
-    values = _as_values(values)
+    values = finite_vector(values)
     t = _as_tilt(t)
     a = _normalised_weights(weights, values.size)
     if t == 0.0:
@@ -201,14 +188,14 @@ def update_running_estimate(
     float
         The updated Rt.
     """
-    batch = _as_values([batch_objective], "batch_objective")
+    batch = finite_vector([batch_objective], "batch_objective")
     t = _as_tilt(t)
     lam = _as_tilt(lam, "lam")
     if not 0.0 < lam <= 1.0:
         raise ValueError(f"lam must be in (0, 1], got {lam}.")
     if previous is None:
         return float(batch[0])
-    estimate = _as_values([previous], "previous")[0]
+    estimate = finite_vector([previous], "previous")[0]
     return _tilted_objective(np.array([estimate, batch[0]]), t, np.array([1.0 - lam, lam]))
 
 
@@ -247,9 +234,9 @@ def running_tilted_weights(
         On invalid inputs, or when a weight overflows (Rt far below the values
         for t > 0, or far above them for t < 0).
     """
-    values = _as_values(values)
+    values = finite_vector(values)
     t = _as_tilt(t)
-    estimate = _as_values([running_estimate], "running_estimate")[0]
+    estimate = finite_vector([running_estimate], "running_estimate")[0]
     a = _normalised_weights(weights, values.size)
     if t == 0.0:
         return a
@@ -319,7 +306,7 @@ def term_round(
     -------
     TermRound
     """
-    values = _as_values(losses, "losses")
+    values = finite_vector(losses, "losses")
     t = _as_tilt(t)
     a = _normalised_weights(base_weights, values.size, "base_weights")
     batch_objective = _tilted_objective(values, t, a)
@@ -367,7 +354,7 @@ def hierarchical_objective(
         raise ValueError("group_values must be a sequence of 1-D arrays, one per group.")
     if len(group_values) == 0:
         raise ValueError("group_values must hold at least one group, got none.")
-    groups = [_as_values(v, f"group_values[{g}]") for g, v in enumerate(group_values)]
+    groups = [finite_vector(v, f"group_values[{g}]") for g, v in enumerate(group_values)]
     t = _as_tilt(t)
     tau = _as_tilt(tau, "tau")
     sizes = np.array([g.size for g in groups], dtype=np.float64)
