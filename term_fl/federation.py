@@ -188,13 +188,12 @@ def _evaluate_round(
         replies, require_arrays=False, required_metrics=EVAL_METRICS,
         context="evaluate", sent=sent_index(messages, strategy.node_partitions),
     )
+    metrics = [next(iter(reply.content.metric_records.values())) for reply in valid]
     rows: list[dict[str, Any]] = []
     stats: dict[str, dict[str, Any]] = {}
     for split in EVAL_SPLITS:
-        acc, corr, n, loss = [], [], [], []
-        for reply in valid:
-            m = next(iter(reply.content.metric_records.values()))
-            row = {
+        split_rows = [
+            {
                 "partition_id": int(m["partition-id"]),
                 "split": split,
                 "loss": float(m[f"{split}_loss"]),
@@ -202,15 +201,14 @@ def _evaluate_round(
                 "correct": int(m[f"{split}_correct"]),
                 "examples": int(m[f"{split}_examples"]),
             }
-            rows.append(row)
-            acc.append(row["accuracy"])
-            corr.append(row["correct"])
-            n.append(row["examples"])
-            loss.append(row["loss"])
-        if acc:
-            summary = fairness_summary(np.array(acc), num_examples=np.array(n), correct=np.array(corr))
+            for m in metrics
+        ]
+        rows.extend(split_rows)
+        if split_rows:
+            column = {k: np.array([r[k] for r in split_rows]) for k in ("accuracy", "examples", "correct", "loss")}
+            summary = fairness_summary(column["accuracy"], num_examples=column["examples"], correct=column["correct"])
             if split in risk_splits:
-                summary.update(loss_risks(np.array(loss), alpha=RISK_ALPHA))
+                summary.update(loss_risks(column["loss"], alpha=RISK_ALPHA))
             stats[split] = summary
     return rows, stats, [_excluded_dict(e) for e in excluded]
 

@@ -140,6 +140,12 @@ def _as_tensors(model: TermModel, x: np.ndarray, y: np.ndarray, device: torch.de
     return x_t, y_t
 
 
+def _move(model: TermModel, device: torch.device) -> None:
+    """``model.to(device)``, skipped when every parameter is there already (a hot path per message)."""
+    if any(p.device != device for p in model.parameters()):
+        model.to(device)
+
+
 @torch.no_grad()
 def _evaluate_tensors(model: TermModel, x: Tensor, y: Tensor, tau: float, batch_size: int) -> EvalResult:
     was_training = model.training
@@ -201,7 +207,7 @@ def evaluate(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     device = resolve_device(device) if isinstance(device, str) else device
-    model.to(device)
+    _move(model, device)
     x_t, y_t = _as_tensors(model, x, y, device)
     return _evaluate_tensors(model, x_t, y_t, tau, batch_size)
 
@@ -266,7 +272,7 @@ def train(
     tau = _check_finite("tau", tau)
 
     device = resolve_device(device) if isinstance(device, str) else device
-    model.to(device)
+    _move(model, device)
     x_t, y_t = _as_tensors(model, x, y, device)
     n = x_t.shape[0]
     before = _evaluate_tensors(model, x_t, y_t, tau, 4096)
