@@ -358,8 +358,9 @@ def load_scenario(
         set_dotted(raw, key, value)
         if key == "data.path" and isinstance(value, str):
             raw["data"]["path"] = str(Path(os.path.expanduser(value)).resolve())
+    if overrides:
         source = f"{source} with overrides"
-    data = raw.setdefault("data", {}) if isinstance(raw.get("data", {}), dict) else raw.get("data")
+    data = raw.setdefault("data", {})  # a non-table value is left for validation to report
     if isinstance(data, dict) and not data.get("path") and environ.get(VEHICLE_DATA_ENV):
         data["path"] = str(Path(os.path.expanduser(environ[VEHICLE_DATA_ENV])).resolve())
     scenario = validate_scenario(raw, source=source)
