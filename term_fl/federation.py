@@ -52,7 +52,11 @@ class RoundRecord:
     running_estimate: float | None
     duration_s: float
     excluded: list[dict[str, Any]] = field(default_factory=list)
-    tilted_weights: dict[int, float] = field(default_factory=dict)
+
+    @property
+    def tilted_weights(self) -> dict[int, float]:
+        """Aggregation weight of each device whose reply was aggregated this round."""
+        return {r["partition_id"]: r["tilted_weight"] for r in self.train_rows if r["included"]}
 
 
 @dataclass
@@ -210,17 +214,7 @@ def _evaluate_round(
             if split in risk_splits:
                 summary.update(loss_risks(column["loss"], alpha=RISK_ALPHA))
             stats[split] = summary
-    return rows, stats, [_excluded_dict(e) for e in excluded]
-
-
-def _excluded_dict(entry: Any) -> dict[str, Any]:
-    if isinstance(entry, dict):
-        return entry
-    return {
-        "node_id": getattr(entry, "node_id", None),
-        "partition_id": getattr(entry, "partition_id", None),
-        "reason": getattr(entry, "reason", str(entry)),
-    }
+    return rows, stats, [e._asdict() for e in excluded]
 
 
 def initial_arrays(scenario: Scenario) -> ArrayRecord:
@@ -281,7 +275,7 @@ def _rounds(
         replies = list(grid.send_and_receive(messages, timeout=run.round_timeout))
         new_arrays, _ = strategy.aggregate_train(server_round, replies)
         report = strategy.last_round
-        excluded = [_excluded_dict(e) for e in (report.excluded if report else [])]
+        excluded = [e._asdict() for e in (report.excluded if report else [])]
         status = "ok"
         if new_arrays is None:
             status = "failed"
@@ -306,7 +300,6 @@ def _rounds(
             running_estimate=getattr(report, "running_estimate", None),
             duration_s=time.perf_counter() - start,
             excluded=excluded + eval_excluded,
-            tilted_weights={r["partition_id"]: r["tilted_weight"] for r in train_rows if r["included"]},
         )
         recorder.record_round(record)
         completed = server_round
