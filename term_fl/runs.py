@@ -12,7 +12,6 @@ import json
 import math
 import subprocess
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +24,15 @@ from term_fl.config import Scenario, config_hash
 from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationResult, Recorder, RoundRecord
 from term_fl.models import TermModel, set_weights
+from term_fl import results
 from term_fl.results import ResultsStore
 
 SPLIT_KEYS = {"val": "validation", "test": "test"}
 
 
 def new_run_id(scenario: Scenario) -> str:
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{stamp}-{scenario.name}-{scenario.strategy.name}-s{scenario.run.seed}-{np.random.default_rng().integers(16**4):04x}"
+    """The store's time-sortable id, plus what ran: e.g. ``20261126-011530-ab12cd-default-term-s0``."""
+    return f"{results.new_run_id()}-{scenario.name}-{scenario.strategy.name}-s{scenario.run.seed}"
 
 
 def versions() -> dict[str, str]:
