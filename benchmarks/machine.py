@@ -9,6 +9,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .common import REPO
+from .memory import proc_kib_field
 
 
 def _git(*args: str) -> str | None:
@@ -31,14 +32,7 @@ def _cpu_model() -> str | None:
 
 
 def _mem_total() -> int | None:
-    try:
-        with open("/proc/meminfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
+    return proc_kib_field("/proc/meminfo", "MemTotal:")
 
 
 def machine_info() -> dict[str, Any]:

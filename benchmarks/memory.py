@@ -62,15 +62,20 @@ def _rss(pid: int) -> int:
         return 0
 
 
-def _pss(pid: int) -> int | None:
+def proc_kib_field(path: str, field: str) -> int | None:
+    """Bytes of a 'Field:  N kB' line of a /proc file (None when absent or unreadable)."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
+        with open(path, encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("Pss:"):
+                if line.startswith(field):
                     return int(line.split()[1]) * 1024
     except OSError:
         return None
     return None
+
+
+def _pss(pid: int) -> int | None:
+    return proc_kib_field(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 class TreeMemoryPoller:
