@@ -117,11 +117,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from term_fl.results import ResultsStore
 
     db = (args.db or default_db()).resolve()
-    store = ResultsStore.open_readonly(db)
+    with ResultsStore.open_readonly(db) as store:
+        runs = store.list_runs(scenario=args.scenario)
     table = Table(title=f"runs in {db}")
     for col in ("run id", "scenario", "strategy", "seed", "status", "rounds", "test average", "worst 10%"):
         table.add_column(col)
-    for run in store.list_runs(scenario=args.scenario):
+    for run in runs:
         test = (run.summary or {}).get("test") or {}
         table.add_row(run.run_id, run.scenario, run.strategy, str(run.seed), run.status,
                       f"{run.rounds_completed}/{run.rounds_planned}",
