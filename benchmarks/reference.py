@@ -1,7 +1,8 @@
 """A naive FedAvg loop in plain numpy/torch: the yardstick of the in-process engine.
 
 No Flower, no messages, no strategies, no records: per round sample
-``clients_per_round`` devices, train each with a minimal torch SGD loop (same
+``clients_per_round`` devices (the same ones the engine's strategies sample
+for the run seed and round), train each with a minimal torch SGD loop (same
 lr, epochs, batch size and loss as the scenario's model: hinge + L2 for the
 linear SVM, cross-entropy for logistic regression), average the weights by
 n_k, and evaluate the global model (loss and accuracy) on every device's
@@ -18,6 +19,7 @@ import torch
 
 from term_fl.client_app import dataset_for
 from term_fl.config import Scenario
+from term_fl.seeding import TRAIN_SAMPLING
 
 
 @dataclass
@@ -89,7 +91,9 @@ class ReferenceFedAvg:
         """One round; returns its duration and the mean test accuracy."""
         start = time.perf_counter()
         m = min(self.scenario.run.clients_per_round, len(self.devices))
-        rng = np.random.default_rng([self.scenario.run.seed, server_round])
+        # The devices the engine's strategies sample in this round (same seed, same stream):
+        # device sizes differ 60-fold, so a different draw would time different work.
+        rng = np.random.default_rng([self.scenario.run.seed, server_round, TRAIN_SAMPLING])
         sampled = sorted(rng.choice(len(self.devices), size=m, replace=False).tolist())
         results = [self.train_device(k, seed=1000 * server_round + k) for k in sampled]
         total = sum(n for _, _, n in results)

@@ -12,18 +12,18 @@ from __future__ import annotations
 import functools
 import weakref
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from term_fl.config import Scenario
 from term_fl.data import DeviceData, FederatedDataset, build_dataset
 from term_fl.models import TermModel, build_model, set_weights
 from term_fl.seeding import derive_seed
-from term_fl.training import evaluate, resolve_device, train
+from term_fl.array_codec import from_array_record, to_array_record
+from term_fl.training import as_tensors, evaluate_segments, move_model, resolve_device, train_tensors
 
 SCENARIO_KEY = "scenario"
 EVAL_SPLITS = ("val", "test")
@@ -83,7 +83,9 @@ def model_for(scenario: Scenario, dataset: FederatedDataset, seed: int | None = 
 @functools.lru_cache(maxsize=8)
 def _worker_model(scenario_json: str) -> TermModel:
     scenario = scenario_from_json(scenario_json)
-    return model_for(scenario, dataset_for(scenario))
+    model = model_for(scenario, dataset_for(scenario))
+    model.eval()  # evaluation needs no mode switch; training switches and switches back
+    return model
 
 
 def _partition(context: Context, dataset: FederatedDataset) -> int:
@@ -109,35 +111,74 @@ class _Task:
 
     scenario: Scenario
     partition_id: int
-    data: DeviceData
-    model: TermModel  # holding the incoming global weights
+    data: DeviceTensors
+    model: TermModel  # holding the incoming global weights, on data.device
+
+
+@dataclass(frozen=True)
+class DeviceTensors:
+    """One device's splits as checked tensors on a torch device.
+
+    ``x_eval`` / ``y_eval`` stack the validation and the test split (in
+    :data:`EVAL_SPLITS` order) so one forward pass evaluates both;
+    ``eval_ends`` are the split boundaries for
+    :func:`term_fl.training.evaluate_segments`.
+    """
+
+    device: torch.device
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_eval: torch.Tensor
+    y_eval: torch.Tensor
+    eval_ends: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def device_tensors(data: DeviceData, model: TermModel, device: torch.device) -> DeviceTensors:
+    """A device's data checked against the model and converted once per (device, model, torch device).
+
+    Bounded: a client process that meets thousands of partitions (Flower's
+    Simulation Engine) keeps the last 256; on the CPU the training tensors
+    share memory with the dataset's arrays.
+    """
+    x_train, y_train = as_tensors(model, data.x_train, data.y_train, device)
+    splits = [data.split(name) for name in EVAL_SPLITS]
+    x_eval, y_eval = as_tensors(
+        model, np.concatenate([x for x, _ in splits]), np.concatenate([y for _, y in splits]), device
+    )
+    ends = tuple(int(n) for n in np.cumsum([len(y) for _, y in splits]))
+    return DeviceTensors(device, x_train, y_train, x_eval, y_eval, ends)
+
+
+# The weights last loaded into each worker model, by the record they came from:
+# the in-process engine hands one global-model record to every client of a
+# round, so the evaluation clients need not reload it. Flower's engines
+# deserialise a record per message, so nothing is reused there.
+_loaded_from: weakref.WeakKeyDictionary[TermModel, weakref.ref] = weakref.WeakKeyDictionary()
+
+
+def _load(model: TermModel, arrays: ArrayRecord) -> None:
+    ref = _loaded_from.get(model)
+    if ref is not None and ref() is arrays:
+        return
+    set_weights(model, from_array_record(arrays))
+    _loaded_from[model] = weakref.ref(arrays)
+
+
+@functools.lru_cache(maxsize=8)
+def _setting(scenario_json: str) -> tuple[Scenario, FederatedDataset, TermModel, torch.device]:
+    """What a scenario fixes for every message of a run (looked up once per message)."""
+    scenario = scenario_from_json(scenario_json)
+    return scenario, dataset_for(scenario), _worker_model(scenario_json), resolve_device(scenario.client.device)
 
 
 def _task(msg: Message, context: Context) -> _Task:
     torch.set_num_threads(1)
-    scenario_json = str(msg.content["config"][SCENARIO_KEY])
-    scenario = scenario_from_json(scenario_json)
-    dataset = dataset_for(scenario)
+    scenario, dataset, model, device = _setting(str(msg.content["config"][SCENARIO_KEY]))
     pid = _partition(context, dataset)
-    model = _worker_model(scenario_json)
-    set_weights(model, _decoded(msg.content["arrays"]))
-    return _Task(scenario, pid, dataset.device(pid), model)
-
-
-_last_decoded: dict[str, Any] = {}
-
-
-def _decoded(arrays: ArrayRecord) -> dict[str, np.ndarray]:
-    """The arrays of a record as numpy, decoded once per record object.
-
-    The in-process engine hands one global-model record to every client of a
-    round; Flower's engines deserialise a record per message (no reuse).
-    """
-    ref = _last_decoded.get("record")
-    if ref is None or ref() is not arrays:
-        _last_decoded["record"] = weakref.ref(arrays)
-        _last_decoded["weights"] = {k: v.numpy() for k, v in arrays.items()}
-    return _last_decoded["weights"]
+    move_model(model, device)
+    _load(model, msg.content["arrays"])
+    return _Task(scenario, pid, device_tensors(dataset.device(pid), model, device), model)
 
 
 @app.query()
@@ -152,20 +193,20 @@ def query(msg: Message, context: Context) -> Message:
 def train_handler(msg: Message, context: Context) -> Message:
     """Report F_k (the incoming model's loss on the train split), train locally, reply."""
     task = _task(msg, context)
-    scenario, pid = task.scenario, task.partition_id
+    scenario, pid, data = task.scenario, task.partition_id, task.data
     server_round = int(msg.content["config"]["server-round"])
     c = scenario.client
-    result = train(
+    _loaded_from.pop(task.model, None)  # trained in place: no longer the global model
+    result = train_tensors(
         task.model,
-        task.data.x_train,
-        task.data.y_train,
+        data.x_train,
+        data.y_train,
         lr=c.lr,
         epochs=c.epochs,
         batch_size=c.batch_size,
         weight_decay=c.weight_decay,
         tau=c.tau,
         seed=derive_seed(scenario.run.seed, server_round, pid),
-        device=resolve_device(c.device),
     )
     before = result.before
     metrics = MetricRecord(
@@ -178,24 +219,20 @@ def train_handler(msg: Message, context: Context) -> Message:
             "train_loss_after": float(result.loss_after),
         }
     )
-    arrays = ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in result.weights.items()})
-    return Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=msg)
+    return Message(RecordDict({"arrays": to_array_record(result.weights), "metrics": metrics}), reply_to=msg)
 
 
 @app.evaluate()
 def evaluate_handler(msg: Message, context: Context) -> Message:
-    """Evaluate the global model on this device's validation and test splits."""
+    """Evaluate the global model on this device's validation and test splits (one forward pass)."""
     task = _task(msg, context)
-    device = resolve_device(task.scenario.client.device)
+    data = task.data
     values: dict[str, int | float] = {"partition-id": task.partition_id}
-    total = 0
-    for split in EVAL_SPLITS:
-        x, y = task.data.split(split)
-        res = evaluate(task.model, x, y, device=device)
-        values[f"{split}_loss"] = float(res.loss_mean)
-        values[f"{split}_accuracy"] = float(res.accuracy)
-        values[f"{split}_correct"] = int(res.correct)
-        values[f"{split}_examples"] = int(res.examples)
-        total += int(res.examples)
-    values["num-examples"] = total
+    results = evaluate_segments(task.model, data.x_eval, data.y_eval, data.eval_ends)
+    for split, res in zip(EVAL_SPLITS, results, strict=True):
+        values[f"{split}_loss"] = res.loss_mean
+        values[f"{split}_accuracy"] = res.accuracy
+        values[f"{split}_correct"] = res.correct
+        values[f"{split}_examples"] = res.examples
+    values["num-examples"] = sum(res.examples for res in results)
     return Message(RecordDict({"metrics": MetricRecord(values)}), reply_to=msg)

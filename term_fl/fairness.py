@@ -58,12 +58,17 @@ Vector = NDArray[np.float64]
 _COUNT_TOLERANCE = 1e-9
 
 # EVaR and TiVaR minimise over the tilt in the dimensionless tau = t (l_max - l_min):
-# a grid of log10 |tau| (24 points a decade), then a golden-section search
-# between the grid neighbours of the lowest few local minima of the grid.
+# a grid of log10 |tau| (24 points a decade), then a refinement between the
+# grid neighbours of the lowest few local minima of the grid: each step
+# evaluates _REFINE_POINTS equally spaced points of every bracket in one
+# vectorised call and keeps the neighbours of the best point, so a bracket
+# shrinks by 2 / (_REFINE_POINTS + 1) per step (4 steps: from 1/12 of a decade
+# to 8e-8 of one, about the precision of a 30-step golden-section search, in 4
+# numpy calls instead of 30).
 _LOG10_TAU_GRID = np.linspace(-6.0, 12.0, 18 * 24 + 1)
 _REFINED_MINIMA = 4
-_GOLDEN_STEPS = 30
-_INVERSE_GOLDEN_RATIO = (math.sqrt(5.0) - 1.0) / 2.0
+_REFINE_POINTS = 63
+_REFINE_STEPS = 4
 
 # Above this tau, mean_i exp(tau z_i) with z_i in [0, 1] is taken in the log
 # domain (below it, mean_i expm1(tau z_i) keeps full accuracy near tau = 0).
@@ -404,9 +409,11 @@ def _tivar_objective(
 def _minimise_over_tau(objective: Callable[[Vector], Vector], sign: float) -> tuple[float, float]:
     """Minimise ``objective`` over tau = sign 10^u, u in the grid range.
 
-    Grid search in u, then a golden-section search between the neighbours of
-    the lowest few grid minima.  Returns the lowest value seen and its tau
-    ((inf, nan) when the objective is +inf on the whole grid).
+    Grid search in u, then a vectorised bracket refinement between the
+    neighbours of the lowest few grid minima (for a function unimodal on a
+    bracket, the minimum stays between the neighbours of the best point).
+    Returns the lowest value seen and its tau ((inf, nan) when the objective
+    is +inf on the whole grid).
     """
 
     def at(u: Vector) -> Vector:
@@ -424,31 +431,18 @@ def _minimise_over_tau(objective: Callable[[Vector], Vector], sign: float) -> tu
     minima = minima[np.argsort(values[minima], kind="stable")][:_REFINED_MINIMA]
     low = grid[np.maximum(minima - 1, 0)]
     high = grid[np.minimum(minima + 1, grid.size - 1)]
-    inner_low = high - _INVERSE_GOLDEN_RATIO * (high - low)
-    inner_high = low + _INVERSE_GOLDEN_RATIO * (high - low)
-    f_low, f_high = at(inner_low), at(inner_high)
-    for _ in range(_GOLDEN_STEPS):
-        for u, f in ((inner_low, f_low), (inner_high, f_high)):
-            i = int(np.argmin(f))
-            if f[i] < best_value:
-                best_value, best_u = float(f[i]), float(u[i])
-        # Keep [low, inner_high] where f_low <= f_high, else [inner_low, high];
-        # one inner point carries over, the other is new.
-        keep_low = f_low <= f_high
-        low = np.where(keep_low, low, inner_low)
-        high = np.where(keep_low, inner_high, high)
-        new = np.where(
-            keep_low,
-            high - _INVERSE_GOLDEN_RATIO * (high - low),
-            low + _INVERSE_GOLDEN_RATIO * (high - low),
-        )
-        f_new = at(new)
-        inner_low, inner_high, f_low, f_high = (
-            np.where(keep_low, new, inner_high),
-            np.where(keep_low, inner_low, new),
-            np.where(keep_low, f_new, f_high),
-            np.where(keep_low, f_low, f_new),
-        )
+    fractions = np.arange(1, _REFINE_POINTS + 1) / (_REFINE_POINTS + 1)
+    rows = np.arange(low.size)
+    for _ in range(_REFINE_STEPS):
+        width = high - low
+        points = low[:, None] + width[:, None] * fractions[None, :]
+        f = at(points.ravel()).reshape(points.shape)
+        i = np.argmin(f, axis=1)
+        row = int(np.argmin(f[rows, i]))
+        if f[row, i[row]] < best_value:
+            best_value, best_u = float(f[row, i[row]]), float(points[row, i[row]])
+        step = width / (_REFINE_POINTS + 1)
+        low, high = points[rows, i] - step, points[rows, i] + step
     return best_value, sign * 10.0**best_u
 
 
@@ -537,7 +531,7 @@ def entropic_value_at_risk(losses: ArrayLike, alpha: float) -> tuple[float, floa
 
     R(t) = (1/t) log mean_i exp(t l_i) is the tilted objective.  The function
     of t is unimodal (convex in 1/t); it is minimised over t = tau / (l_max -
-    l_min) with log10 tau in [-6, 12] by a grid and a golden-section search,
+    l_min) with log10 tau in [-6, 12] by a grid and a bracket refinement,
     in the log domain, and compared with the limit t -> +inf, l_max (so
     EVaR <= max l_i).  All losses equal gives that value with t = inf.
     CVaR <= EVaR holds exactly: a found value below CVaR (rounding) is

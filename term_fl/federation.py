@@ -18,14 +18,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp import Grid
 
 from term_fl.client_app import EVAL_SPLITS, SCENARIO_KEY, dataset_for, model_for
 from term_fl.config import Scenario
 from term_fl.fairness import fairness_summary, loss_risks
 from term_fl.models import get_weights
+from term_fl.array_codec import to_array_record
 from term_fl.strategies import FedAvg, build_strategy, filter_replies, sent_index
+from term_fl.strategies.base import records_of, reply_metrics
 
 log = logging.getLogger("term_fl")
 
@@ -121,7 +123,7 @@ def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.
         if reply.has_error():
             log.warning("node %s failed the partition query: %s", reply.metadata.src_node_id, reply.error.reason)
             continue
-        metrics = next(iter(reply.content.metric_records.values()))
+        metrics = reply_metrics(reply)
         pid = int(metrics["partition-id"])
         num = int(metrics["num-partitions"])
         if num != expected or not 0 <= pid < expected:
@@ -154,9 +156,12 @@ def _train_rows(sampled: Sequence[int], replies: Sequence[Message], strategy: Fe
     weights = {} if report is None else dict(zip(report.partition_ids, np.asarray(report.weights).tolist()))
     metrics_by_pid: dict[int, Any] = {}
     for reply in replies:
-        if reply.has_error() or not reply.content.metric_records:
+        if reply.has_error() or not reply.has_content():
             continue
-        metrics = next(iter(reply.content.metric_records.values()))
+        records = records_of(reply.content, MetricRecord)
+        if not records:
+            continue
+        metrics = records[0]
         if "partition-id" in metrics:
             metrics_by_pid[int(metrics["partition-id"])] = metrics
     rows = []
@@ -192,7 +197,7 @@ def _evaluate_round(
         replies, require_arrays=False, required_metrics=EVAL_METRICS,
         context="evaluate", sent=sent_index(messages, strategy.node_partitions),
     )
-    metrics = [next(iter(reply.content.metric_records.values())) for reply in valid]
+    metrics = [reply_metrics(reply) for reply in valid]
     rows: list[dict[str, Any]] = []
     stats: dict[str, dict[str, Any]] = {}
     for split in EVAL_SPLITS:
@@ -220,7 +225,7 @@ def _evaluate_round(
 def initial_arrays(scenario: Scenario) -> ArrayRecord:
     """The initial global model of a scenario (seeded by run.seed)."""
     model = model_for(scenario, dataset_for(scenario))
-    return ArrayRecord({k: Array(np.ascontiguousarray(v)) for k, v in get_weights(model).items()})
+    return to_array_record(get_weights(model))
 
 
 def run_federation(

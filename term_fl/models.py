@@ -66,10 +66,16 @@ class TermModel(nn.Module):
 
     def penalty(self) -> Tensor:
         """``(l2 / 2) * sum ||W||^2`` over the weight matrices (a 0-dim tensor; 0 if ``l2 == 0``)."""
-        weights = [p for name, p in self.named_parameters() if name.endswith("weight")]
+        weights = self._penalised()
         if self.l2 == 0.0:
             return torch.zeros((), dtype=weights[0].dtype, device=weights[0].device)
-        return (self.l2 / 2.0) * sum(w.pow(2).sum() for w in weights)
+        squares = [w.pow(2).sum() for w in weights]
+        total = squares[0] if len(squares) == 1 else torch.stack(squares).sum()
+        return (self.l2 / 2.0) * total
+
+    def _penalised(self) -> list[Tensor]:
+        """The weight matrices (subclasses name theirs directly: this runs every step)."""
+        return [p for name, p in self.named_parameters() if name.endswith("weight")]
 
 
 class LinearSVM(TermModel):
@@ -85,6 +91,9 @@ class LinearSVM(TermModel):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear(x).squeeze(-1)
+
+    def _penalised(self) -> list[Tensor]:
+        return [self.linear.weight]
 
     def per_sample_loss(self, scores: Tensor, y: Tensor) -> Tensor:
         y_pm = 2.0 * y.to(scores.dtype) - 1.0
@@ -104,6 +113,9 @@ class LogisticRegression(TermModel):
     def forward(self, x: Tensor) -> Tensor:
         return self.linear(x)
 
+    def _penalised(self) -> list[Tensor]:
+        return [self.linear.weight]
+
 
 class MLP(TermModel):
     """One hidden ReLU layer of width ``hidden``, then ``C`` logits.
@@ -119,6 +131,9 @@ class MLP(TermModel):
 
     def forward(self, x: Tensor) -> Tensor:
         return self.output(torch.relu(self.hidden(x)))
+
+    def _penalised(self) -> list[Tensor]:
+        return [self.hidden.weight, self.output.weight]
 
 
 def _zero_linear(in_features: int, out_features: int) -> nn.Linear:
@@ -224,4 +239,8 @@ def set_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
                 f"got {tuple(value.shape)}."
             )
         tensors[key] = value
-    model.load_state_dict(tensors, strict=True)
+    # What load_state_dict does for plain parameters and buffers (state_dict()
+    # shares their storage), without its per-module hook machinery: a hot path.
+    with torch.no_grad():
+        for key, target in state.items():
+            target.copy_(tensors[key])

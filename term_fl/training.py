@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,8 +119,14 @@ class TrainResult:
     steps: int
 
 
-def _as_tensors(model: TermModel, x: np.ndarray, y: np.ndarray, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Check the arrays against the model and move them to ``device`` (float32 / int64)."""
+def as_tensors(model: TermModel, x: np.ndarray, y: np.ndarray, device: torch.device) -> tuple[Tensor, Tensor]:
+    """Check ``(x, y)`` against the model and return them on ``device`` (float32 / int64).
+
+    On the CPU the tensors share memory with float32 / int64 arrays (no
+    copy). :func:`train_tensors` and :func:`evaluate_segments` take what this
+    returns, so a caller that keeps them skips the checks and conversions on
+    every later call.
+    """
     x = np.asarray(x)
     y = np.asarray(y)
     if x.ndim != 2 or x.shape[1] != model.num_features:
@@ -140,33 +147,82 @@ def _as_tensors(model: TermModel, x: np.ndarray, y: np.ndarray, device: torch.de
     return x_t, y_t
 
 
-def _move(model: TermModel, device: torch.device) -> None:
+def move_model(model: TermModel, device: torch.device) -> None:
     """``model.to(device)``, skipped when every parameter is there already (a hot path per message)."""
     if any(p.device != device for p in model.parameters()):
         model.to(device)
 
 
 @torch.no_grad()
-def _evaluate_tensors(model: TermModel, x: Tensor, y: Tensor, tau: float, batch_size: int) -> EvalResult:
+def _scores_and_losses(model: TermModel, x: Tensor, y: Tensor, batch_size: int) -> tuple[Tensor, Tensor]:
+    """Scores and per-sample data losses of ``model`` on ``(x, y)``, in eval mode, batch by batch.
+
+    The model is left in the train/eval mode it had.
+    """
     was_training = model.training
-    model.eval()
-    losses, correct = [], 0
-    for start in range(0, x.shape[0], batch_size):
-        scores = model(x[start : start + batch_size])
-        y_batch = y[start : start + batch_size]
-        losses.append(model.per_sample_loss(scores, y_batch).double().cpu())
-        correct += int((model.predict(scores) == y_batch).sum().item())
-    model.train(was_training)
-    loss = torch.cat(losses)
-    examples = loss.numel()
-    return EvalResult(
-        loss_mean=float(loss.mean()),
-        loss_sum=float(loss.sum()),
-        loss_tilted=float(tilted_mean(loss, tau)),
-        accuracy=correct / examples,
-        correct=correct,
-        examples=examples,
-    )
+    if was_training:
+        model.eval()
+    try:
+        if x.shape[0] <= batch_size:
+            scores = model(x)
+            return scores, model.per_sample_loss(scores, y)
+        parts = [model(x[start : start + batch_size]) for start in range(0, x.shape[0], batch_size)]
+        scores = torch.cat(parts)
+        return scores, model.per_sample_loss(scores, y)
+    finally:
+        if was_training:
+            model.train()
+
+
+def _loss_stats(model: TermModel, x: Tensor, y: Tensor, tau: float) -> tuple[float, float, float]:
+    """(mean, sum, tau-tilted mean) of the per-sample data losses, accumulated in float64."""
+    _, losses = _scores_and_losses(model, x, y, 4096)
+    loss = losses.double()
+    loss_sum = float(loss.sum())
+    loss_mean = loss_sum / loss.numel()
+    tilted = loss_mean if tau == 0.0 else float(tilted_mean(loss, tau))
+    return loss_mean, loss_sum, tilted
+
+
+def evaluate_segments(
+    model: TermModel, x: Tensor, y: Tensor, ends: Sequence[int], tau: float = 0.0, batch_size: int = 4096
+) -> list[EvalResult]:
+    """Evaluate ``model`` on consecutive segments of ``(x, y)`` in one pass.
+
+    ``ends`` are the segment boundaries (increasing, the last one ``len(x)``):
+    segment i is ``x[ends[i-1]:ends[i]]``, so ``[n_val, n_val + n_test]``
+    evaluates a validation and a test split stacked in one tensor. ``x`` and
+    ``y`` are as :func:`as_tensors` returns them, on the model's device. The
+    model is evaluated in eval mode and left in the mode it had. Losses are
+    accumulated in float64.
+    """
+    scores, losses = _scores_and_losses(model, x, y, batch_size)
+    with torch.no_grad():
+        hit = (model.predict(scores) == y).cpu().numpy()
+    loss = losses.double().cpu()
+    loss_np = loss.numpy()
+    results = []
+    start = 0
+    for end in ends:
+        if not start < end <= loss_np.size:
+            raise ValueError(f"segment ends must increase from 1 to {loss_np.size}, got {list(ends)}.")
+        segment = loss_np[start:end]
+        loss_sum = float(segment.sum())
+        loss_mean = loss_sum / segment.size
+        tilted = loss_mean if tau == 0.0 else float(tilted_mean(loss[start:end], tau))
+        correct = int(np.count_nonzero(hit[start:end]))
+        results.append(
+            EvalResult(
+                loss_mean=loss_mean,
+                loss_sum=loss_sum,
+                loss_tilted=tilted,
+                accuracy=correct / segment.size,
+                correct=correct,
+                examples=int(segment.size),
+            )
+        )
+        start = end
+    return results
 
 
 def _check_finite(name: str, value: float) -> float:
@@ -207,9 +263,9 @@ def evaluate(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     device = resolve_device(device) if isinstance(device, str) else device
-    _move(model, device)
-    x_t, y_t = _as_tensors(model, x, y, device)
-    return _evaluate_tensors(model, x_t, y_t, tau, batch_size)
+    move_model(model, device)
+    x_t, y_t = as_tensors(model, x, y, device)
+    return evaluate_segments(model, x_t, y_t, [x_t.shape[0]], tau, batch_size)[0]
 
 
 def train(
@@ -259,6 +315,32 @@ def train(
         ``before`` is :func:`evaluate` of the incoming model on ``(x, y)``
         with this ``tau``; ``steps`` is ``epochs * ceil(n / batch_size)``.
     """
+    device = resolve_device(device) if isinstance(device, str) else device
+    move_model(model, device)
+    x_t, y_t = as_tensors(model, x, y, device)
+    return train_tensors(
+        model, x_t, y_t, lr=lr, epochs=epochs, batch_size=batch_size, weight_decay=weight_decay, tau=tau, seed=seed
+    )
+
+
+def train_tensors(
+    model: TermModel,
+    x: Tensor,
+    y: Tensor,
+    *,
+    lr: float,
+    epochs: int,
+    batch_size: int,
+    weight_decay: float = 0.0,
+    tau: float = 0.0,
+    seed: int,
+) -> TrainResult:
+    """:func:`train` on tensors from :func:`as_tensors`, on the device of ``x`` where the model is.
+
+    The hot path of a client that keeps its device's tensors between rounds:
+    the data are not checked again. The model is left in the train/eval mode
+    it had.
+    """
     lr = _check_finite("lr", lr)
     if lr <= 0.0:
         raise ValueError(f"lr must be > 0, got {lr}.")
@@ -271,34 +353,33 @@ def train(
         raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
     tau = _check_finite("tau", tau)
 
-    device = resolve_device(device) if isinstance(device, str) else device
-    _move(model, device)
-    x_t, y_t = _as_tensors(model, x, y, device)
-    n = x_t.shape[0]
-    before = _evaluate_tensors(model, x_t, y_t, tau, 4096)
+    n = x.shape[0]
+    before = evaluate_segments(model, x, y, [n], tau)[0]
 
     optimizer = torch.optim.SGD(model.parameters(), lr=lr, weight_decay=weight_decay)
     generator = torch.Generator().manual_seed(int(seed))
+    was_training = model.training
     model.train()
     steps = 0
     for _ in range(int(epochs)):
         if batch_size >= n:
-            batches = [(x_t, y_t)]
+            batches = [(x, y)]
         else:
-            order = torch.randperm(n, generator=generator).to(device)
-            batches = [(x_t[idx], y_t[idx]) for idx in order.split(batch_size)]
+            order = torch.randperm(n, generator=generator).to(x.device)
+            batches = [(x[idx], y[idx]) for idx in order.split(batch_size)]
         for x_batch, y_batch in batches:
             loss = tilted_mean(model.per_sample_loss(model(x_batch), y_batch), tau) + model.penalty()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             optimizer.step()
             steps += 1
+    model.train(was_training)
 
-    after = _evaluate_tensors(model, x_t, y_t, tau, 4096)
+    loss_after, _, _ = _loss_stats(model, x, y, 0.0)
     return TrainResult(
         weights=get_weights(model),
         before=before,
-        loss_after=after.loss_mean,
+        loss_after=loss_after,
         num_examples=n,
         steps=steps,
     )

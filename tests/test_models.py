@@ -159,3 +159,12 @@ def test_set_weights_names_missing_extra_and_misshaped_keys():
         set_weights(model, {**weights, "extra": np.zeros(1, np.float32)})
     with pytest.raises(ValueError, match="'linear.weight'.*\\(2, 3\\).*\\(3, 2\\)"):
         set_weights(model, {**weights, "linear.weight": np.zeros((3, 2), np.float32)})
+
+
+@pytest.mark.parametrize("name", ["linear_svm", "logreg", "mlp"])
+def test_each_model_penalises_exactly_its_parameters_named_weight(name):
+    """The subclasses name their weight matrices directly (a per-step hot path): same set as the base rule."""
+    model = build_model(name, 4, 2, hidden=3)
+    expected = [p for n, p in model.named_parameters() if n.endswith("weight")]
+    got = model._penalised()
+    assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True))

@@ -35,6 +35,7 @@ from term_fl.strategies import (
     TermFedAvg,
     build_strategy,
 )
+from term_fl.strategies.base import records_of
 
 SHAPES = {"layer.weight": (3, 4), "layer.bias": (3,)}
 
@@ -596,3 +597,18 @@ def test_summary_logs_the_settings(caplog):
         TermFedAvg(t=-3.0, lam=0.5).summary()
         QFFL(client_learning_rate=0.1, q=0.3).summary()
     assert "robustness" in caplog.text and "lam: 0.5" in caplog.text and "q: 0.3" in caplog.text
+
+
+def test_records_of_lists_the_records_of_one_type_as_flowers_typed_views_do():
+    content = RecordDict(
+        {
+            "m1": MetricRecord({"a": 1.0}),
+            "arrays": ArrayRecord({"w": Array(np.ones(2, dtype=np.float32))}),
+            "config": ConfigRecord({"x": "y"}),
+            "m2": MetricRecord({"b": 2}),
+        }
+    )
+    assert records_of(content, MetricRecord) == list(content.metric_records.values())
+    assert records_of(content, ArrayRecord) == list(content.array_records.values())
+    assert records_of(content, ConfigRecord) == list(content.config_records.values())
+    assert records_of(RecordDict(), MetricRecord) == []

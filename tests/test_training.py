@@ -12,7 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from term_fl.models import build_model, get_weights, set_weights
-from term_fl.training import EvalResult, evaluate, resolve_device, tilted_mean, train
+from term_fl.training import (
+    EvalResult,
+    as_tensors,
+    evaluate,
+    evaluate_segments,
+    resolve_device,
+    tilted_mean,
+    train,
+    train_tensors,
+)
 
 VEHICLE = Path(
     os.environ.get("TERM_FL_VEHICLE_DATA")
@@ -142,6 +151,41 @@ def test_evaluate_excludes_the_penalty_and_keeps_the_model_mode():
     large.train()
     assert evaluate(small, x, y, device="cpu") == evaluate(large, x, y, device="cpu")
     assert large.training
+
+
+@pytest.mark.parametrize("tau", [0.0, 1.5])
+def test_evaluate_segments_of_stacked_splits_equal_evaluating_each_split(tau):
+    model = build_model("logreg", 3, 2)
+    _random_weights(model, 5)
+    splits = [_binary_data(n=n, seed=s) for n, s in ((13, 1), (1, 2), (21, 3))]
+    x = np.concatenate([a for a, _ in splits])
+    y = np.concatenate([b for _, b in splits])
+    x_t, y_t = as_tensors(model, x, y, torch.device("cpu"))
+    segments = evaluate_segments(model, x_t, y_t, [13, 14, 35], tau=tau, batch_size=4)
+    for got, (xs, ys) in zip(segments, splits, strict=True):
+        want = evaluate(model, xs, ys, device="cpu", tau=tau)
+        assert (got.correct, got.examples, got.accuracy) == (want.correct, want.examples, want.accuracy)
+        for field in ("loss_mean", "loss_sum", "loss_tilted"):
+            assert getattr(got, field) == pytest.approx(getattr(want, field), rel=1e-12)
+
+
+@pytest.mark.parametrize("ends", [[5, 5, 35], [36], [20, 10, 35], [0, 35]])
+def test_evaluate_segments_rejects_ends_that_do_not_split_the_data(ends):
+    model = build_model("logreg", 3, 2)
+    x_t, y_t = as_tensors(model, *_binary_data(n=35), torch.device("cpu"))
+    with pytest.raises(ValueError, match="segment ends must increase from 1 to 35"):
+        evaluate_segments(model, x_t, y_t, ends)
+
+
+@pytest.mark.parametrize("mode", [True, False])
+def test_train_and_evaluate_leave_the_model_in_the_mode_it_had(mode):
+    x, y = _binary_data()
+    model = build_model("mlp", 3, 2, hidden=4)
+    model.train(mode)
+    x_t, y_t = as_tensors(model, x, y, torch.device("cpu"))
+    train_tensors(model, x_t, y_t, lr=0.1, epochs=1, batch_size=8, seed=0)
+    evaluate_segments(model, x_t, y_t, [len(y)])
+    assert model.training is mode and all(m.training is mode for m in model.modules())
 
 
 def test_evaluate_rejects_labels_outside_the_class_range():

@@ -22,11 +22,10 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 from flwr.app import (
-    Array,
     ArrayRecord,
     ConfigRecord,
     Message,
@@ -40,6 +39,12 @@ from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from flwr.supercore import log
 from numpy.typing import NDArray
 
+from term_fl.array_codec import from_array, from_array_record
+from term_fl.seeding import EVAL_SAMPLING, TRAIN_SAMPLING
+from term_fl.array_codec import to_array_record as codec_array_record
+
+RecordT = TypeVar("RecordT", ArrayRecord, MetricRecord, ConfigRecord)
+
 __all__ = [
     "Aggregation",
     "EvaluationReport",
@@ -51,7 +56,9 @@ __all__ = [
     "filter_replies",
     "iter_local_models",
     "metric_values",
+    "records_of",
     "reply_arrays",
+    "reply_metrics",
     "to_array_record",
 ]
 
@@ -138,22 +145,36 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def records_of(content: RecordDict, kind: type[RecordT]) -> list[RecordT]:
+    """The records of one type in a RecordDict, in order.
+
+    What ``content.metric_records`` / ``content.array_records`` hold, without
+    building their synchronised dictionaries (a cost per call, per reply).
+    """
+    return [record for record in content.values() if isinstance(record, kind)]
+
+
 def _reply_metrics(msg: Message) -> MetricRecord | None:
     """The only MetricRecord of a reply, or None."""
     if msg.has_error() or not msg.has_content():
         return None
-    records = msg.content.metric_records
-    return next(iter(records.values())) if len(records) == 1 else None
+    records = records_of(msg.content, MetricRecord)
+    return records[0] if len(records) == 1 else None
+
+
+def reply_metrics(msg: Message) -> MetricRecord:
+    """The (only) MetricRecord of a valid reply."""
+    return records_of(msg.content, MetricRecord)[0]
 
 
 def reply_arrays(msg: Message) -> ArrayRecord:
     """The (only) ArrayRecord of a valid training reply."""
-    return next(iter(msg.content.array_records.values()))
+    return records_of(msg.content, ArrayRecord)[0]
 
 
 def decode_arrays(record: ArrayRecord) -> dict[str, NDArray]:
     """Decode an ArrayRecord to numpy arrays (keeps the record intact, no gc)."""
-    return {key: array.numpy() for key, array in record.items()}
+    return from_array_record(record)
 
 
 def metric_values(replies: Sequence[Message], key: str) -> NDArray[np.float64]:
@@ -186,7 +207,7 @@ def _metrics_problem(
         return f"error reply (code {msg.error.code}): {msg.error.reason}"
     if not msg.has_content():
         return "reply has no content"
-    count = len(msg.content.metric_records)
+    count = len(records_of(msg.content, MetricRecord))
     if count != 1:
         return f"expected exactly one MetricRecord, found {count}"
     metrics = _reply_metrics(msg)
@@ -206,7 +227,7 @@ def _metrics_problem(
 
 
 def _arrays_problem(msg: Message, reference: ArrayRecord | None) -> str | None:
-    count = len(msg.content.array_records)
+    count = len(records_of(msg.content, ArrayRecord))
     if count != 1:
         return f"expected exactly one ArrayRecord, found {count}"
     record = reply_arrays(msg)
@@ -224,7 +245,7 @@ def _arrays_problem(msg: Message, reference: ArrayRecord | None) -> str | None:
                 )
     for key, array in record.items():
         try:
-            values = array.numpy()
+            values = from_array(array)
         except (TypeError, ValueError) as err:
             return f"array '{key}' cannot be decoded: {err}"
         if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
@@ -367,8 +388,8 @@ def to_array_record(arrays: Mapping[str, NDArray], like: ArrayRecord) -> ArrayRe
         value = np.asarray(arrays[key])
         if dtype.kind in "iub":
             value = np.rint(value)
-        out[key] = Array(np.asarray(value.astype(dtype)))
-    return ArrayRecord(out)
+        out[key] = np.ascontiguousarray(value.astype(dtype))
+    return codec_array_record(out)
 
 
 def iter_local_models(replies: Sequence[Message]) -> Iterator[dict[str, NDArray]]:
@@ -589,7 +610,7 @@ class FedAvg(FlowerFedAvg):
             return []
         else:
             size = max(int(total * self.fraction_train), self.min_train_nodes)
-        partitions = self.sample_partitions(server_round, grid, size, stream=0)
+        partitions = self.sample_partitions(server_round, grid, size, stream=TRAIN_SAMPLING)
         return self._messages_to_partitions(
             partitions, arrays, config, MessageType.TRAIN, total
         )
@@ -607,7 +628,7 @@ class FedAvg(FlowerFedAvg):
         size = math.ceil(self.evaluate_fraction * count - 1e-9)
         if size == 0:
             return []
-        partitions = self.sample_partitions(server_round, grid, size, stream=1)
+        partitions = self.sample_partitions(server_round, grid, size, stream=EVAL_SAMPLING)
         return self._messages_to_partitions(
             partitions, arrays, config, MessageType.EVALUATE, count
         )

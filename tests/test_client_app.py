@@ -1,0 +1,94 @@
+"""The ClientApp's per-process caches never change what a reply says.
+
+The in-process engine hands one global-model record to every client of a
+round, so the ClientApp keeps the last loaded weights and each device's
+tensors. These tests send messages straight to the ClientApp and compare each
+reply with an independent evaluation of the weights the message carried.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+
+from conftest import small_scenario
+from term_fl.array_codec import to_array_record
+from term_fl.client_app import EVAL_SPLITS, SCENARIO_KEY, app, dataset_for, device_tensors, model_for
+from term_fl.engines.inprocess import InProcessGrid
+from term_fl.models import get_weights, set_weights
+from term_fl.strategies.base import reply_metrics
+from term_fl.training import evaluate
+
+SCENARIO = small_scenario("run.engine=inprocess")
+DATASET = dataset_for(SCENARIO)
+
+
+# A Grid over node ids 100 + partition id, delivering straight to the ClientApp.
+GRID = InProcessGrid(app, DATASET.num_devices, node_ids=[100 + pid for pid in range(DATASET.num_devices)])
+
+
+def _weights(seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return {k: rng.normal(size=v.shape).astype(np.float32) for k, v in get_weights(model_for(SCENARIO, DATASET)).items()}
+
+
+def _send(kind: str, arrays, pid: int) -> dict:
+    content = RecordDict(
+        {"arrays": arrays, "config": ConfigRecord({SCENARIO_KEY: SCENARIO.to_json(), "server-round": 1})}
+    )
+    (reply,) = GRID.send_and_receive([Message(content, dst_node_id=100 + pid, message_type=kind)])
+    assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
+    return dict(reply_metrics(reply))
+
+
+def _expected(weights: dict[str, np.ndarray], pid: int) -> dict:
+    model = model_for(SCENARIO, DATASET)
+    set_weights(model, weights)
+    out = {}
+    for split in EVAL_SPLITS:
+        x, y = DATASET.device(pid).split(split)
+        res = evaluate(model, x, y, device="cpu")
+        out[f"{split}_loss"], out[f"{split}_correct"] = res.loss_mean, res.correct
+    return out
+
+
+def _check(metrics: dict, expected: dict) -> None:
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-9), key
+
+
+def test_evaluating_one_record_on_many_devices_evaluates_that_record_everywhere():
+    weights = _weights(1)
+    record = to_array_record(weights)
+    for pid in range(DATASET.num_devices):
+        _check(_send(MessageType.EVALUATE, record, pid), _expected(weights, pid))
+
+
+def test_a_new_record_is_loaded_even_right_after_another_one():
+    first, second = _weights(2), _weights(3)
+    _send(MessageType.EVALUATE, to_array_record(first), 0)
+    _check(_send(MessageType.EVALUATE, to_array_record(second), 0), _expected(second, 0))
+
+
+def test_after_training_the_same_record_is_loaded_again_not_the_trained_model():
+    weights = _weights(4)
+    record = to_array_record(weights)
+    _send(MessageType.EVALUATE, record, 1)  # the record is now the loaded one
+    trained = _send(MessageType.TRAIN, record, 1)  # trains the worker model in place
+    assert trained["train_loss_after"] != pytest.approx(trained["train_loss"])
+    _check(_send(MessageType.EVALUATE, record, 2), _expected(weights, 2))
+    again = _send(MessageType.TRAIN, record, 1)
+    assert again == trained  # same incoming model, same seed: the same update
+
+
+def test_device_tensors_stack_validation_then_test_and_share_the_training_arrays():
+    model = model_for(SCENARIO, DATASET)
+    data = DATASET.device(3)
+    tensors = device_tensors(data, model, torch.device("cpu"))
+    assert tensors.eval_ends == (len(data.y_val), len(data.y_val) + len(data.y_test))
+    assert np.array_equal(tensors.x_eval.numpy(), np.concatenate([data.x_val, data.x_test]))
+    assert np.array_equal(tensors.y_eval.numpy(), np.concatenate([data.y_val, data.y_test]))
+    assert np.shares_memory(tensors.x_train.numpy(), data.x_train)
+    assert device_tensors(data, model, torch.device("cpu")) is tensors
