@@ -247,6 +247,29 @@ def test_train_before_is_evaluate_of_the_incoming_model_and_loss_after_of_the_tr
     assert all(isinstance(v, np.ndarray) and v.dtype == np.float32 for v in result.weights.values())
 
 
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_train_steps_are_bitwise_those_of_torch_optim_sgd(weight_decay):
+    """train's hand-inlined SGD step is torch.optim.SGD(lr, weight_decay), bit for bit."""
+    x, y = _binary_data(n=45)
+    model = build_model("mlp", 3, 2, hidden=5, seed=3)
+    twin = build_model("mlp", 3, 2, hidden=5, seed=3)
+    result = train(model, x, y, lr=0.2, epochs=3, batch_size=8, weight_decay=weight_decay, tau=0.5, seed=11,
+                   device="cpu")
+
+    x_t, y_t = torch.from_numpy(x), torch.from_numpy(y)
+    optimizer = torch.optim.SGD(twin.parameters(), lr=0.2, weight_decay=weight_decay)
+    generator = torch.Generator().manual_seed(11)
+    twin.train()
+    for _ in range(3):
+        for idx in torch.randperm(45, generator=generator).split(8):
+            loss = tilted_mean(twin.per_sample_loss(twin(x_t[idx]), y_t[idx]), 0.5) + twin.penalty()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+    expected = get_weights(twin)
+    assert all(np.array_equal(result.weights[k], expected[k]) for k in expected)
+
+
 @pytest.mark.parametrize("name", ["linear_svm", "mlp"])
 def test_train_is_bitwise_deterministic_per_seed_and_seed_changes_the_batches(name):
     x, y = _binary_data(n=60)
