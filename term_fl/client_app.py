@@ -80,14 +80,6 @@ def model_for(scenario: Scenario, dataset: FederatedDataset, seed: int | None = 
     )
 
 
-@functools.lru_cache(maxsize=8)
-def _worker_model(scenario_json: str) -> TermModel:
-    scenario = scenario_from_json(scenario_json)
-    model = model_for(scenario, dataset_for(scenario))
-    model.eval()  # evaluation needs no mode switch; training switches and switches back
-    return model
-
-
 def _partition(context: Context, dataset: FederatedDataset) -> int:
     try:
         pid = int(context.node_config["partition-id"])
@@ -167,9 +159,16 @@ def _load(model: TermModel, arrays: ArrayRecord) -> None:
 
 @functools.lru_cache(maxsize=8)
 def _setting(scenario_json: str) -> tuple[Scenario, FederatedDataset, TermModel, torch.device]:
-    """What a scenario fixes for every message of a run (looked up once per message)."""
+    """What a scenario fixes for every message of a run: scenario, dataset, worker model, torch device.
+
+    One worker model per scenario and process; each message loads its
+    weights into it. It stays in eval mode (training switches and switches back).
+    """
     scenario = scenario_from_json(scenario_json)
-    return scenario, dataset_for(scenario), _worker_model(scenario_json), resolve_device(scenario.client.device)
+    dataset = dataset_for(scenario)
+    model = model_for(scenario, dataset)
+    model.eval()
+    return scenario, dataset, model, resolve_device(scenario.client.device)
 
 
 def _task(msg: Message, context: Context) -> _Task:
