@@ -62,3 +62,37 @@ def test_flower_and_inprocess_engines_record_the_same_metrics(strategy, tmp_path
     for key in ("train_loss", "tilted_weight"):
         np.testing.assert_allclose(flower_train[key], inproc_train[key], rtol=0, atol=1e-6)
     assert [r.status for r in (store.get_run(ids["flower"]),)] == ["finished"]
+
+
+def test_a_session_reuses_its_client_actors_and_the_numbers_do_not_change(tmp_path):
+    """A second simulation in one ray_session runs on the first one's actors, with identical records."""
+    from term_fl.engines.flower import actors_reused
+
+    store = ResultsStore(tmp_path / "results.db")
+    scenario = small_scenario("run.engine=flower", "strategy.name=term", "strategy.t=2")
+    first = run_one(scenario, store, out_dir=tmp_path / "first").run_id
+    reused = actors_reused()
+    second = run_one(scenario, store, out_dir=tmp_path / "second").run_id
+    assert actors_reused() == reused + 1
+    for split in ("val", "test"):
+        a, b = store.load_metrics(first, split), store.load_metrics(second, split)
+        assert all(np.array_equal(a[k], b[k]) for k in ("partition_id", "loss", "accuracy", "correct"))
+    a, b = store.load_train(first), store.load_train(second)
+    assert all(np.array_equal(a[k], b[k], equal_nan=True) for k in ("partition_id", "train_loss", "tilted_weight"))
+
+
+def test_a_failed_simulation_leaves_the_session_able_to_run_the_next_one(tmp_path):
+    """Clients that all fail (CUDA asked for on a CPU machine) fail the run; the next run still works."""
+    import torch
+
+    from term_fl.federation import FederationError
+
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without CUDA, so that client.device=cuda fails in the clients")
+    store = ResultsStore(tmp_path / "results.db")
+    failing = small_scenario("run.engine=flower", "client.device=cuda", "run.max_failed_rounds=1")
+    with pytest.raises(FederationError, match="consecutive rounds without a valid training reply"):
+        run_one(failing, store, out_dir=tmp_path / "failing")
+    ok = run_one(small_scenario("run.engine=flower"), store, out_dir=tmp_path / "ok")
+    assert store.get_run(ok.run_id).status == "finished"
+    assert len(store.load_metrics(ok.run_id, "test")["round"]) == 3 * 6

@@ -82,13 +82,24 @@ def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
 _session: dict[str, Any] = {}
 
 
+def _idle(pool: Any) -> bool:
+    """Every actor of a Flower ``BasicActorPool`` is back in the pool, none lost or busy."""
+    return not pool._future_to_actor and len(pool.pool) == pool.num_actors
+
+
 @contextmanager
 def ray_session(scenario: Scenario) -> Iterator[None]:
-    """Keep one Ray instance alive across several simulations (a sweep, a test module).
+    """Keep one Ray instance and one pool of ClientApp actors alive across simulations.
 
-    Flower 1.42's Ray backend starts Ray only when it is not running, but shuts
-    it down after every simulation; inside this context it only terminates its
-    actors, and Ray is shut down once, at the end. Nested sessions are no-ops.
+    For a sweep or a test module. Flower 1.42's Ray backend starts Ray only
+    when it is not running, but starts new ClientApp actors for every
+    simulation and shuts Ray down after it. Inside this context a simulation
+    reuses the previous one's actors when they ask for the same resources and
+    all came back idle (each actor process keeps its imports and the
+    ClientApp's per-process caches, which never change a reply), and leaves
+    them running at its end; a simulation that ended with actors busy or lost
+    gets its actors terminated instead. Ray and the last actors are shut down
+    once, at the end. Nested sessions are no-ops.
     """
     import ray
     from flwr.server.superlink.fleet.vce.backend import raybackend
@@ -99,27 +110,55 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
     temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    original_build = raybackend.RayBackend.build
     original_terminate = raybackend.RayBackend.terminate
 
-    def terminate_actors_only(self: Any) -> None:
-        if self.pool:
-            self.pool.terminate_all_actors()
+    def build_reusing_actors(self: Any, app_fn: Any) -> None:
+        pool = _session.get("pool")
+        if pool is not None and pool.client_resources == self.client_resources and _idle(pool):
+            self.pool, self.app_fn = pool, app_fn
+            _session["reused"] = _session.get("reused", 0) + 1
+            return
+        _drop_pool()
+        original_build(self, app_fn)
+        _session["pool"] = self.pool
+
+    def keep_idle_actors(self: Any) -> None:
+        if self.pool is not None and not _idle(self.pool):
+            if _session.get("pool") is self.pool:
+                _drop_pool()
+            else:
+                self.pool.terminate_all_actors()
 
     try:
         # The arguments Flower's RayBackend.init_ray would use.
         pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
         os.environ["PYTHONPATH"] = pythonpath
         ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
-        raybackend.RayBackend.terminate = terminate_actors_only
+        raybackend.RayBackend.build = build_reusing_actors
+        raybackend.RayBackend.terminate = keep_idle_actors
         _session["temp_dir"] = temp_dir
         with linear_dispatcher():
             yield
     finally:
+        raybackend.RayBackend.build = original_build
         raybackend.RayBackend.terminate = original_terminate
+        _drop_pool()
         _session.clear()
         if ray.is_initialized():
             ray.shutdown()
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _drop_pool() -> None:
+    pool = _session.pop("pool", None)
+    if pool is not None:
+        pool.terminate_all_actors()
+
+
+def actors_reused() -> int:
+    """How many simulations of the current ``ray_session`` reused the previous one's actors."""
+    return int(_session.get("reused", 0))
 
 
 def run_flower_simulation(
