@@ -72,8 +72,15 @@ def from_array(array: Array) -> np.ndarray:
 
 
 def to_array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """An ``ArrayRecord`` of ``arrays`` (keys in order)."""
-    return ArrayRecord({key: to_array(value) for key, value in arrays.items()})
+    """An ``ArrayRecord`` of ``arrays`` (keys in order).
+
+    Filled item by item: ``ArrayRecord(dict_of_arrays)`` would copy every
+    ``Array`` once more.
+    """
+    record = ArrayRecord()
+    for key, value in arrays.items():
+        record[key] = to_array(value)
+    return record
 
 
 def from_array_record(record: ArrayRecord) -> dict[str, np.ndarray]:
