@@ -96,3 +96,45 @@ def test_a_failed_simulation_leaves_the_session_able_to_run_the_next_one(tmp_pat
     ok = run_one(small_scenario("run.engine=flower"), store, out_dir=tmp_path / "ok")
     assert store.get_run(ok.run_id).status == "finished"
     assert len(store.load_metrics(ok.run_id, "test")["round"]) == 3 * 6
+
+
+def test_ctrl_c_on_the_flower_engine_marks_the_run_interrupted_and_exits_promptly(tmp_path):
+    """SIGINT to the whole process group (a terminal's Ctrl-C) mid-run: exit code 130 within seconds,
+    the completed rounds kept, the run marked interrupted, no Ray process left."""
+    import os
+    import signal
+    import sqlite3
+    import sys
+    import threading
+    import time
+
+    from conftest import SMALL
+
+    sets = [arg for item in [*SMALL, "run.rounds=500", "run.engine=flower"] for arg in ("--set", item)]
+    cmd = [sys.executable, "-m", "term_fl", "run", *sets, "--out", str(tmp_path / "run"), "--db", str(tmp_path / "r.db")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 180
+        while not any("round 2/500" in line for line in lines):
+            assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
+            time.sleep(0.2)
+        sent = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        rc = proc.wait(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    reader.join(5)
+    assert rc == 130, "".join(lines[-20:])
+    assert waited < 30, f"took {waited:.1f} s to stop"
+    with sqlite3.connect(tmp_path / "r.db") as db:
+        assert db.execute("SELECT status FROM runs").fetchall() == [("interrupted",)]
+        assert db.execute("SELECT COUNT(*) FROM rounds").fetchone()[0] >= 2
+    assert not any("raylet" in line for line in
+                   subprocess.run(["ps", "-eo", "pgid=,comm="], capture_output=True, text=True).stdout.splitlines()
+                   if line.split()[0] == str(proc.pid))

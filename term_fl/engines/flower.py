@@ -17,11 +17,13 @@ import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flwr.app import Context
+from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from term_fl.client_app import app as client_app
@@ -161,6 +163,67 @@ def actors_reused() -> int:
     return int(_session.get("reused", 0))
 
 
+class StoppableGrid(Grid):
+    """Flower's Grid, with every wait of the server loop ending early once ``stop`` is set.
+
+    Flower's Simulation Engine runs the ServerApp in a thread of its own. On
+    Ctrl-C the main thread stops the engine, but the server loop would sit in
+    ``send_and_receive`` until ``run.round_timeout`` and then go on with
+    failed rounds: with this wrapper it raises ``KeyboardInterrupt`` within a
+    poll interval instead, so ``run_federation`` records the run as
+    interrupted and the thread ends. Everything else is delegated.
+    """
+
+    def __init__(self, grid: Grid, stop: threading.Event, poll_s: float = 0.1) -> None:
+        self._grid = grid
+        self._stop = stop
+        self._poll_s = float(getattr(grid, "pull_interval", poll_s))
+
+    def _check(self) -> None:
+        if self._stop.is_set():
+            raise KeyboardInterrupt("the simulation was stopped")
+
+    def set_run(self, run: Any) -> None:  # noqa: D102
+        self._grid.set_run(run)
+
+    @property
+    def run(self) -> Any:  # noqa: D102
+        return self._grid.run
+
+    def create_message(self, *args: Any, **kwargs: Any) -> Message:  # noqa: D102
+        return self._grid.create_message(*args, **kwargs)
+
+    def get_node_ids(self) -> Iterable[int]:  # noqa: D102
+        self._check()
+        return self._grid.get_node_ids()
+
+    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
+        self._check()
+        return self._grid.push_messages(messages)
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
+        return self._grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
+        """Flower's ``send_and_receive`` (push, then pull until every reply or the timeout), stoppable."""
+        pending = set(self.push_messages(messages))
+        end = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while pending:
+            self._check()
+            received = list(self.pull_messages(pending))
+            replies.extend(received)
+            pending.difference_update(m.metadata.reply_to_message_id for m in received)
+            if not pending or (end is not None and time.monotonic() >= end):
+                break
+            time.sleep(self._poll_s)
+        return replies
+
+
+# How long Ctrl-C waits for the server loop to record the run as interrupted.
+STOP_GRACE_S = 10.0
+
+
 def run_flower_simulation(
     scenario: Scenario,
     num_nodes: int,
@@ -176,13 +239,16 @@ def run_flower_simulation(
         os.environ.setdefault(key, value)
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
+    stop, server_done = threading.Event(), threading.Event()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         try:
-            outcome["result"] = run_federation(grid, scenario, recorder, on_round=on_round)
+            outcome["result"] = run_federation(StoppableGrid(grid, stop), scenario, recorder, on_round=on_round)
         except BaseException as exc:  # re-raised in the caller's thread below
             outcome["error"] = exc
+        finally:
+            server_done.set()
 
     in_session = bool(_session)
     ray_temp_dir = _session.get("temp_dir") or tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
@@ -194,6 +260,12 @@ def run_flower_simulation(
                 num_supernodes=num_nodes,
                 backend_config=backend_config(scenario, ray_temp_dir),
             )
+    except KeyboardInterrupt:
+        # Ctrl-C reaches this (main) thread; the server loop runs in Flower's
+        # ServerApp thread: stop it and let it record the run as interrupted.
+        stop.set()
+        server_done.wait(STOP_GRACE_S)
+        raise
     finally:
         if not in_session:
             if ray.is_initialized():
