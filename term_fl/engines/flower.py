@@ -166,6 +166,8 @@ def actors_reused() -> int:
 class StoppableGrid(Grid):
     """Flower's Grid, with every wait of the server loop ending early once ``stop`` is set.
 
+    Replies are pulled every ``poll_s`` (10 ms) rather than every 100 ms.
+
     Flower's Simulation Engine runs the ServerApp in a thread of its own. On
     Ctrl-C the main thread stops the engine, but the server loop would sit in
     ``send_and_receive`` until ``run.round_timeout`` and then go on with
@@ -174,10 +176,10 @@ class StoppableGrid(Grid):
     interrupted and the thread ends. Everything else is delegated.
     """
 
-    def __init__(self, grid: Grid, stop: threading.Event, poll_s: float = 0.1) -> None:
+    def __init__(self, grid: Grid, stop: threading.Event, poll_s: float = 0.01) -> None:
         self._grid = grid
         self._stop = stop
-        self._poll_s = float(getattr(grid, "pull_interval", poll_s))
+        self._poll_s = poll_s  # Flower's grid pulls every 0.1 s: up to 0.1 s more per phase
 
     def _check(self) -> None:
         if self._stop.is_set():
