@@ -112,7 +112,10 @@ def test_ctrl_c_on_the_flower_engine_marks_the_run_interrupted_and_exits_promptl
 
     sets = [arg for item in [*SMALL, "run.rounds=500", "run.engine=flower"] for arg in ("--set", item)]
     cmd = [sys.executable, "-m", "term_fl", "run", *sets, "--out", str(tmp_path / "run"), "--db", str(tmp_path / "r.db")]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    # A shell that starts the test suite in the background makes its children ignore SIGINT;
+    # a terminal's Ctrl-C reaches a program with the default disposition, so restore it.
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
