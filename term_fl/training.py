@@ -174,14 +174,10 @@ def _scores_and_losses(model: TermModel, x: Tensor, y: Tensor, batch_size: int) 
             model.train()
 
 
-def _loss_stats(model: TermModel, x: Tensor, y: Tensor, tau: float) -> tuple[float, float, float]:
-    """(mean, sum, tau-tilted mean) of the per-sample data losses, accumulated in float64."""
+def _mean_loss(model: TermModel, x: Tensor, y: Tensor) -> float:
+    """Mean per-sample data loss, accumulated in float64."""
     _, losses = _scores_and_losses(model, x, y, 4096)
-    loss = losses.double()
-    loss_sum = float(loss.sum())
-    loss_mean = loss_sum / loss.numel()
-    tilted = loss_mean if tau == 0.0 else float(tilted_mean(loss, tau))
-    return loss_mean, loss_sum, tilted
+    return float(losses.double().sum()) / losses.numel()
 
 
 def evaluate_segments(
@@ -196,16 +192,16 @@ def evaluate_segments(
     model is evaluated in eval mode and left in the mode it had. Losses are
     accumulated in float64.
     """
+    bounds = [0, *ends]
+    if any(not start < end <= x.shape[0] for start, end in zip(bounds, bounds[1:])):
+        raise ValueError(f"segment ends must increase from 1 to {x.shape[0]}, got {list(ends)}.")
     scores, losses = _scores_and_losses(model, x, y, batch_size)
     with torch.no_grad():
         hit = (model.predict(scores) == y).cpu().numpy()
     loss = losses.double().cpu()
     loss_np = loss.numpy()
     results = []
-    start = 0
-    for end in ends:
-        if not start < end <= loss_np.size:
-            raise ValueError(f"segment ends must increase from 1 to {loss_np.size}, got {list(ends)}.")
+    for start, end in zip(bounds, bounds[1:]):
         segment = loss_np[start:end]
         loss_sum = float(segment.sum())
         loss_mean = loss_sum / segment.size
@@ -221,7 +217,6 @@ def evaluate_segments(
                 examples=int(segment.size),
             )
         )
-        start = end
     return results
 
 
@@ -393,11 +388,10 @@ def train_tensors(
             steps += 1
     model.train(was_training)
 
-    loss_after, _, _ = _loss_stats(model, x, y, 0.0)
     return TrainResult(
         weights=get_weights(model),
         before=before,
-        loss_after=loss_after,
+        loss_after=_mean_loss(model, x, y),
         num_examples=n,
         steps=steps,
     )

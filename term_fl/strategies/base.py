@@ -207,10 +207,10 @@ def _metrics_problem(
         return f"error reply (code {msg.error.code}): {msg.error.reason}"
     if not msg.has_content():
         return "reply has no content"
-    count = len(records_of(msg.content, MetricRecord))
-    if count != 1:
-        return f"expected exactly one MetricRecord, found {count}"
-    metrics = _reply_metrics(msg)
+    records = records_of(msg.content, MetricRecord)
+    if len(records) != 1:
+        return f"expected exactly one MetricRecord, found {len(records)}"
+    metrics = records[0]
     for key in required_metrics:
         if key not in metrics:
             return f"missing metric '{key}'"
@@ -227,10 +227,10 @@ def _metrics_problem(
 
 
 def _arrays_problem(msg: Message, reference: ArrayRecord | None) -> str | None:
-    count = len(records_of(msg.content, ArrayRecord))
-    if count != 1:
-        return f"expected exactly one ArrayRecord, found {count}"
-    record = reply_arrays(msg)
+    records = records_of(msg.content, ArrayRecord)
+    if len(records) != 1:
+        return f"expected exactly one ArrayRecord, found {len(records)}"
+    record = records[0]
     if reference is not None:
         if set(record.keys()) != set(reference.keys()):
             return (
