@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     dash.add_argument("--port", type=int, default=8050)
+    dash.add_argument("--access-log", action="store_true", help="log every HTTP request (off by default)")
     report = sub.add_parser("report", help="write one self-contained HTML report of a run or a scenario")
     report.add_argument("run_or_scenario", help="a run id, or a scenario name (all its finished runs)")
     report.add_argument("--out", type=Path, required=True, help="HTML file to write")
@@ -136,7 +137,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     db = (args.db or default_db()).resolve()
     print(f"term-fl dashboard: http://{args.host}:{args.port}/  (store {db}, read-only; Ctrl-C to stop)")
-    serve(db, host=args.host, port=args.port)
+    serve(db, host=args.host, port=args.port, access_log=args.access_log)
     return 0
 
 

@@ -125,3 +125,13 @@ def test_sweep_uses_the_engine_the_scenario_names(tmp_path, capsys, monkeypatch)
     main(["sweep", str(sweep_file(tmp_path)), "--set", "run.engine=flower", "--out", str(tmp_path / "o"),
           "--db", str(tmp_path / "r.db")])
     assert seen["engine"] == "flower"
+
+
+@pytest.mark.parametrize("flag, expected", [([], False), (["--access-log"], True)])
+def test_dashboard_access_log_is_off_unless_asked_for(flag, expected, tmp_path, monkeypatch):
+    import term_fl.dashboard
+
+    calls = []
+    monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: calls.append(kw))
+    assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--port", "8123", *flag]) == 0
+    assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected}]

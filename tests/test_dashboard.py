@@ -432,17 +432,18 @@ def test_a_failed_run_shows_its_error_escaped(tmp_path):
     assert "ValueError: &lt;b&gt;boom&lt;/b&gt;" in html and "<b>boom</b>" not in html
 
 
-def test_serve_answers_on_loopback(tmp_path, store):
+def _serve_and_get(db: Path, path: str, *, access_log: bool) -> str:
+    """Start ``serve`` in a child process, GET ``path`` once, stop it; the child's log."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    code = f"from term_fl.dashboard import serve; serve({str(store[0])!r}, port={port}, log_level='warning')"
-    server = subprocess.Popen([sys.executable, "-c", code])
+    code = f"from term_fl.dashboard import serve; serve({str(db)!r}, port={port}, access_log={access_log})"
+    server = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=2) as response:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as response:
                     assert len(json.load(response)) == len(RUNS)
                     break
             except OSError:
@@ -451,7 +452,19 @@ def test_serve_answers_on_loopback(tmp_path, store):
                 time.sleep(0.2)
     finally:
         server.terminate()
-        server.wait(timeout=15)
+        log, _ = server.communicate(timeout=15)
+    return log
+
+
+def test_serve_answers_on_loopback_without_an_access_log(tmp_path, store):
+    log = _serve_and_get(store[0], "/api/runs", access_log=False)
+    assert "Uvicorn running on http://127.0.0.1" in log  # the log was captured
+    assert "GET /api/runs" not in log
+
+
+def test_access_log_on_request_logs_each_request(tmp_path, store):
+    log = _serve_and_get(store[0], "/api/runs", access_log=True)
+    assert '"GET /api/runs HTTP/1.1" 200' in log
 
 
 # -- escaping -------------------------------------------------------------------

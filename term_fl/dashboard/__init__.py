@@ -18,12 +18,21 @@ from term_fl.dashboard.report import ReportError, write_report
 __all__ = ["ReportError", "create_app", "serve", "write_report"]
 
 
-def serve(db: str | os.PathLike[str], host: str = "127.0.0.1", port: int = 8050, *, log_level: str = "info") -> None:
+def serve(
+    db: str | os.PathLike[str],
+    host: str = "127.0.0.1",
+    port: int = 8050,
+    *,
+    log_level: str = "info",
+    access_log: bool = False,
+) -> None:
     """Serve the dashboard of the store ``db`` at http://host:port/ until interrupted (Ctrl-C).
 
     Binds to the loopback interface by default: the dashboard has no
     authentication, so pass another ``host`` only on a trusted network.
+    ``access_log`` logs every HTTP request (off: pages poll the API every 3 s
+    while a run is running, which would print a line each time).
     """
     import uvicorn
 
-    uvicorn.run(create_app(db), host=host, port=port, log_level=log_level)
+    uvicorn.run(create_app(db), host=host, port=port, log_level=log_level, access_log=access_log)
