@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import sqlite3
 import sys
+import traceback
 from pathlib import Path
 
 from term_fl.config import ConfigError, load_scenario, parse_overrides
+from term_fl.data.errors import DataError
 from term_fl.results import StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
@@ -30,26 +33,32 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
     p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")
     p.add_argument("--db", type=Path, help=f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)")
-    p.add_argument("-v", "--verbose", action="store_true", help="show Flower's and Ray's logs")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="show Flower's and Ray's logs (and the traceback of an error)")
 
 
 def build_parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     parser = argparse.ArgumentParser(prog="term-fl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run one scenario (one strategy, one seed)")
+    run = sub.add_parser("run", help="run one scenario (one strategy, one seed)", parents=[common])
     _add_scenario_args(run, config_required=False)
-    sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells")
+    sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
+                           parents=[common])
     _add_scenario_args(sweep, config_required=False)
-    dash = sub.add_parser("dashboard", help="serve the fairness dashboard over the results store (read-only)")
+    dash = sub.add_parser("dashboard", help="serve the fairness dashboard over the results store (read-only)",
+                          parents=[common])
     dash.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     dash.add_argument("--port", type=int, default=8050)
     dash.add_argument("--access-log", action="store_true", help="log every HTTP request (off by default)")
-    report = sub.add_parser("report", help="write one self-contained HTML report of a run or a scenario")
+    report = sub.add_parser("report", help="write one self-contained HTML report of a run or a scenario",
+                            parents=[common])
     report.add_argument("run_or_scenario", help="a run id, or a scenario name (all its finished runs)")
     report.add_argument("--out", type=Path, required=True, help="HTML file to write")
     report.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
-    runs = sub.add_parser("runs", help="list the runs in the results store")
+    runs = sub.add_parser("runs", help="list the runs in the results store", parents=[common])
     runs.add_argument("--db", type=Path)
     runs.add_argument("--scenario")
     return parser
@@ -73,21 +82,45 @@ def _quiet_logs(verbose: bool) -> None:
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
 
+def store_path(args: argparse.Namespace) -> Path:
+    """The results database the command names (--db, $TERM_FL_DB, ./runs/results.db), checked to be a file path."""
+    db = (args.db or default_db()).expanduser().resolve()
+    if db.is_dir():
+        raise ConfigError(f"--db {db}: is a directory; give the path of a results database file, e.g. {db / 'results.db'}")
+    return db
+
+
+def output_dir(args: argparse.Namespace) -> Path | None:
+    """--out, checked to be a directory or a path where one can be made."""
+    if args.out is None:
+        return None
+    out = args.out.expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file, not a directory; give a directory for the run's files")
+    return out
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.console import RoundPrinter, fairness_table, make_console
+    from term_fl.federation import FederationError
     from term_fl.results import ResultsStore
     from term_fl.runner import run_one
 
     scenario = load_scenario(args.config, resolve_overrides(args))
     console = make_console()
-    db = (args.db or default_db()).resolve()
+    db, out = store_path(args), output_dir(args)
     console.print(
         f"[bold]term-fl run[/] scenario [cyan]{scenario.name}[/]: {scenario.strategy.name} "
         f"{scenario.strategy_params()} seed {scenario.run.seed}, {scenario.run.rounds} rounds, "
         f"engine {scenario.run.engine}"
     )
     with ResultsStore(db) as store:
-        recorder = run_one(scenario, store, out_dir=args.out, on_round=RoundPrinter(console))
+        try:
+            recorder = run_one(scenario, store, out_dir=out, on_round=RoundPrinter(console))
+        except FederationError as exc:  # the run started and failed: it is recorded as failed
+            print(f"term-fl: the run failed: {exc}\n  its completed rounds are in {db} (term-fl runs --db {db})",
+                  file=sys.stderr)
+            return 1
     summary = recorder.summary or {}
     console.print(fairness_table(f"{scenario.name}: {scenario.strategy.name}, last round",
                                  {"test": summary.get("test"), "validation": summary.get("validation")}))
@@ -104,11 +137,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"scenario {scenario.name!r} has no [sweep] table; add one such as "
             '"strategy.name" = ["fedavg", "qffl", "term"] and "run.seed" = [0, 1, 2]'
         )
-    db = (args.db or default_db()).resolve()
+    db, out = store_path(args), output_dir(args)
     # A sweep runs on the engine the scenario file or the command line names,
     # else on the in-process engine (same numbers, no Ray start per cell).
     explicit_engine = "engine" in scenario.run.model_fields_set
-    return run_sweep(scenario, db=db, out_dir=args.out, engine=None if explicit_engine else "inprocess")
+    return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -117,7 +150,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from term_fl.console import make_console
     from term_fl.results import ResultsStore
 
-    db = (args.db or default_db()).resolve()
+    db = store_path(args)
     with ResultsStore.open_readonly(db) as store:
         runs = store.list_runs(scenario=args.scenario)
     table = Table(title=f"runs in {db}")
@@ -135,7 +168,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from term_fl.dashboard import serve
 
-    db = (args.db or default_db()).resolve()
+    db = store_path(args)
     print(f"term-fl dashboard: http://{args.host}:{args.port}/  (store {db}, read-only; Ctrl-C to stop)")
     serve(db, host=args.host, port=args.port, access_log=args.access_log)
     return 0
@@ -144,7 +177,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from term_fl.dashboard import write_report
 
-    path = write_report((args.db or default_db()).resolve(), args.run_or_scenario, args.out)
+    out = args.out.expanduser().resolve()
+    if out.is_dir():
+        raise ConfigError(f"--out {out}: is a directory; give the path of the HTML file to write, e.g. {out / 'report.html'}")
+    path = write_report(store_path(args), args.run_or_scenario, out)
     print(f"term-fl report: wrote {path}")
     return 0
 
@@ -152,14 +188,35 @@ def cmd_report(args: argparse.Namespace) -> int:
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": cmd_dashboard, "report": cmd_report}
 
 
+# Errors that mean "the input cannot be used as given" (a scenario value, a
+# data file, a path, a store): one message naming the file, key or value, exit
+# status 2, no traceback unless --debug / -v. Anything else is a bug and keeps
+# its traceback.
+USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, StoreError, LookupError, OSError,
+                                                 sqlite3.Error)
+USAGE_EXIT = 2
+
+
+def describe_error(exc: BaseException) -> str:
+    """The one-line message of a usage error."""
+    if isinstance(exc, OSError) and exc.filename is not None and exc.strerror:
+        target = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+        return f"{target}: {exc.strerror}"
+    if isinstance(exc, sqlite3.Error):
+        return f"results database: {exc} (check --db / ${DEFAULT_DB_ENV})"
+    return str(exc)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_logs(getattr(args, "verbose", False))
     try:
         return COMMANDS[args.command](args)
-    except (ConfigError, StoreError, LookupError) as exc:
-        print(f"term-fl: error: {exc}", file=sys.stderr)
-        return 2
+    except USAGE_ERRORS as exc:
+        if args.debug or getattr(args, "verbose", False):
+            traceback.print_exc()
+        print(f"term-fl: error: {describe_error(exc)}", file=sys.stderr)
+        return USAGE_EXIT
     except KeyboardInterrupt:
         print("term-fl: interrupted; completed rounds are in the results store", file=sys.stderr)
         return 130

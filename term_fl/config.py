@@ -18,25 +18,57 @@ import itertools
 import json
 import math
 import os
+import re
 import tomllib
+import typing
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 VEHICLE_DATA_ENV = "TERM_FL_VEHICLE_DATA"
 DEFAULT_SCENARIO = "default"
 SWEEP_CELLS_KEY = "cells"  # [sweep] key holding a list of variants (inline tables)
+# A scenario name becomes part of folder names under ./runs/ and of run ids.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit (it names folders under ./runs/)"
 
 
 class ConfigError(ValueError):
     """A scenario, override or sweep value is invalid; the message names the key."""
 
 
+def _admits_bool(annotation: Any) -> bool:
+    """Whether a field's type accepts a bool (bool itself, Any, or a union/list holding one)."""
+    if annotation is bool or annotation is Any:
+        return True
+    return any(_admits_bool(arg) for arg in typing.get_args(annotation))
+
+
 class _Table(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_as_number(cls, value: Any, info: ValidationInfo) -> Any:
+        """``true`` is not the number 1: pydantic would accept it for an int or float field."""
+        field = cls.model_fields.get(info.field_name or "")
+        if field is None or _admits_bool(field.annotation):
+            return value
+        items = value if isinstance(value, list) else [value]
+        if any(isinstance(v, bool) for v in items):
+            raise ValueError("a boolean is not allowed here (give a number, or the value the key describes)")
+        return value
 
 
 class RunConfig(_Table):
@@ -147,7 +179,7 @@ class SelectionConfig(_Table):
 class Scenario(_Table):
     """One run (plus an optional sweep grid)."""
 
-    name: str = DEFAULT_SCENARIO
+    name: str = Field(DEFAULT_SCENARIO, description=NAME_RULE)
     description: str = ""
     run: RunConfig = Field(default_factory=RunConfig)
     strategy: StrategyConfig = Field(default_factory=StrategyConfig)
@@ -157,6 +189,20 @@ class Scenario(_Table):
     resources: ResourcesConfig = Field(default_factory=ResourcesConfig)
     selection: SelectionConfig = Field(default_factory=SelectionConfig)
     sweep: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not re.fullmatch(NAME_PATTERN, value):
+            raise ValueError(f"must be {NAME_RULE}")
+        return value
+
+    @model_validator(mode="after")
+    def _sample_fits_the_federation(self) -> Scenario:
+        # The vehicle file's device count is known once it is read: check_fits_dataset.
+        if self.data.name == "synthetic" and self.run.clients_per_round > self.data.num_devices:
+            raise ValueError(clients_per_round_message(self.run.clients_per_round, self.data.num_devices))
+        return self
 
     @property
     def data_seed(self) -> int:
@@ -192,6 +238,19 @@ class Scenario(_Table):
 # --------------------------------------------------------------------------
 
 
+def clients_per_round_message(clients_per_round: int, num_devices: int) -> str:
+    return (
+        f"run.clients_per_round = {clients_per_round} but the dataset has {num_devices} devices; "
+        f"allowed: 1..{num_devices} (raise data.num_devices for synthetic data, or sample fewer devices)"
+    )
+
+
+def check_fits_dataset(scenario: Scenario, num_devices: int) -> None:
+    """Raise ConfigError when the scenario asks for more devices per round than the dataset has."""
+    if scenario.run.clients_per_round > num_devices:
+        raise ConfigError(clients_per_round_message(scenario.run.clients_per_round, num_devices))
+
+
 def _allowed_keys(model: type[BaseModel]) -> str:
     return ", ".join(model.model_fields)
 
@@ -212,7 +271,9 @@ def _model_at(path: Sequence[str | int]) -> type[BaseModel] | None:
 
 def _describe_error(err: Mapping[str, Any]) -> str:
     loc = [str(p) for p in err["loc"]]
-    key = ".".join(loc) or "<scenario>"
+    key = ".".join(loc)
+    if not key:  # a check across tables: its message names the keys
+        return err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
         parent = _model_at(loc[:-1])
         allowed = _allowed_keys(parent) if parent else ""
@@ -242,6 +303,8 @@ def parse_value(text: str) -> Any:
         return tomllib.loads(f"v = {text}")["v"]
     except tomllib.TOMLDecodeError:
         return text
+    except RecursionError:
+        raise ConfigError(f"override value {text[:40]!r}...: nested too deeply") from None
 
 
 def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
@@ -321,6 +384,14 @@ def read_scenario_file(path: str | os.PathLike[str]) -> dict[str, Any]:
         raw = tomllib.loads(p.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"scenario file {str(p)!r} is not valid TOML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"scenario file {str(p)!r} is not a text file (not UTF-8 at byte {exc.start}); give a TOML scenario file"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"scenario file {str(p)!r}: values nested too deeply to read") from None
+    except OSError as exc:
+        raise ConfigError(f"scenario file {str(p)!r} cannot be read: {exc.strerror}") from None
     data = raw.get("data")
     if isinstance(data, dict) and isinstance(data.get("path"), str) and data["path"]:
         data["path"] = str((p.parent / os.path.expanduser(data["path"])).resolve())

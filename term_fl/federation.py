@@ -22,7 +22,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp import Grid
 
 from term_fl.client_app import EVAL_SPLITS, SCENARIO_KEY, dataset_for, model_for
-from term_fl.config import Scenario
+from term_fl.config import Scenario, check_fits_dataset
 from term_fl.fairness import fairness_summary, loss_risks
 from term_fl.models import get_weights
 from term_fl.array_codec import to_array_record
@@ -87,7 +87,7 @@ def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
     """The strategy a scenario names, with our sampling and reply handling."""
     s, r = scenario.strategy, scenario.run
     common = dict(
-        clients_per_round=min(r.clients_per_round, num_devices),
+        clients_per_round=r.clients_per_round,  # at most num_devices: check_fits_dataset
         seed=r.seed,
         evaluate_fraction=r.evaluate_fraction,
         min_available_nodes=num_devices,
@@ -238,6 +238,7 @@ def run_federation(
     """Run the scenario's rounds on ``grid`` and report every round to ``recorder``."""
     recorder = recorder or Recorder()
     dataset = dataset_for(scenario)
+    check_fits_dataset(scenario, dataset.num_devices)
     recorder.start(scenario, dataset.metadata)
     result: FederationResult | None = None
     try:
@@ -271,6 +272,7 @@ def _rounds(
     arrays = initial_arrays(scenario)
     config = ConfigRecord({SCENARIO_KEY: scenario.to_json()})
     failed_in_a_row = 0
+    ok_rounds = 0
     last: RoundRecord | None = None
     completed = 0
     for server_round in range(1, run.rounds + 1):
@@ -288,6 +290,7 @@ def _rounds(
             log.warning("round %d failed: no valid training reply; the model is unchanged", server_round)
         else:
             failed_in_a_row = 0
+            ok_rounds += 1
             arrays = new_arrays
         train_rows = _train_rows(sampled, replies, strategy)
         # Loss risks (a numerical search each) every round on test; on
@@ -316,4 +319,9 @@ def _rounds(
                 f"{failed_in_a_row} consecutive rounds without a valid training reply "
                 f"(run.max_failed_rounds = {run.max_failed_rounds}); last round {server_round}"
             )
+    if ok_rounds == 0:  # fewer rounds than run.max_failed_rounds, every one failed: nothing was learned
+        raise FederationError(
+            f"every round failed ({completed} of {completed}): no valid training reply was aggregated; "
+            "the excluded replies of each round say why (term-fl runs / the dashboard)"
+        )
     return FederationResult(arrays, completed, last, node_partitions, discovery_s)

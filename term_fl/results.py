@@ -53,6 +53,7 @@ Conventions:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import secrets
@@ -66,6 +67,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+log = logging.getLogger("term_fl")
 
 __all__ = [
     "EVAL_COLUMNS",
@@ -85,6 +88,10 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
+# How long opening or writing waits for a lock another connection holds
+# (a reader's open transaction, another writer) before it gives up.
+BUSY_TIMEOUT_S = 60.0
+BUSY_POLL_S = 2.0
 APPLICATION_ID = int.from_bytes(b"TRFL", "big")  # marks a SQLite file as a term-fl store
 SPLITS = ("val", "test")
 RUN_STATUSES = ("running", "finished", "failed", "interrupted")
@@ -93,6 +100,11 @@ ROUND_STATUSES = ("ok", "failed")
 STAT_COLUMNS = ("mean", "pooled_mean", "worst_10", "best_10", "std")
 TRAIN_COLUMNS = ("sampled", "included", "train_loss", "train_loss_after", "tilted_weight", "num_examples")
 EVAL_COLUMNS = ("loss", "accuracy", "correct", "examples")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
 
 
 def _integer(name: str, *, nullable: bool = False) -> str:
@@ -301,28 +313,67 @@ class ResultsStore:
         self.path = Path(path)
         self.readonly = _readonly
         self._lock = threading.RLock()
-        if _readonly:
-            if not self.path.is_file():
-                raise StoreError(f"no results database at {self.path}: the file does not exist")
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
-            self._conn = sqlite3.connect(uri, uri=True, timeout=10, isolation_level=None, check_same_thread=False)
-        else:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._conn = sqlite3.connect(self.path, timeout=10, isolation_level=None, check_same_thread=False)
+        if self.path.is_dir():
+            raise StoreError(f"{self.path} is a directory; give the path of a results database file")
         try:
-            self._conn.execute("PRAGMA foreign_keys = ON")
             if _readonly:
-                self._check_schema()
+                if not self.path.is_file():
+                    raise StoreError(f"no results database at {self.path}: the file does not exist")
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                self._conn = sqlite3.connect(uri, uri=True, timeout=BUSY_POLL_S, isolation_level=None, check_same_thread=False)
             else:
-                self._conn.execute("PRAGMA journal_mode = WAL")
-                self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._create_or_check_schema()
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._conn = sqlite3.connect(self.path, timeout=BUSY_POLL_S, isolation_level=None, check_same_thread=False)
+        except (OSError, sqlite3.Error) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise StoreError(f"cannot open the results database {self.path}: {reason}") from exc
+        try:
+            self._wait_while_busy(self._open_schema)
+        except sqlite3.OperationalError as exc:  # unreadable, read-only, I/O error: not a wrong file
+            self._conn.close()
+            raise StoreError(f"cannot use the results database {self.path}: {exc}") from exc
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             raise StoreError(f"{self.path} is not a term-fl results database (SQLite: {exc})") from exc
         except StoreError:
             self._conn.close()
             raise
+        self._conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+
+    def _open_schema(self) -> None:
+        self._conn.execute("PRAGMA foreign_keys = ON")
+        if self.readonly:
+            self._check_schema()
+        else:
+            self._conn.execute("PRAGMA journal_mode = WAL")
+            self._conn.execute("PRAGMA synchronous = NORMAL")
+            self._create_or_check_schema()
+
+    def _wait_while_busy(self, action: Callable[[], None]) -> None:
+        """Run ``action``, waiting up to BUSY_TIMEOUT_S while another connection locks the file.
+
+        A busy store is not a broken one: a reader with an open transaction
+        (or another writer) holds a lock; say so once, wait, and name the
+        cause if it does not go away.
+        """
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        told = False
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as exc:
+                if not _is_busy(exc):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"the results database {self.path} is busy: another connection has held a lock on it for "
+                        f"{BUSY_TIMEOUT_S:g} s (a reader with an open transaction, or another writer); the file "
+                        "is not damaged: try again once that connection is closed"
+                    ) from exc
+                if not told:
+                    told = True
+                    log.warning("waiting for the results database %s: another connection holds a lock on it "
+                                "(up to %g s)", self.path, BUSY_TIMEOUT_S)
 
     @classmethod
     def open_readonly(cls, path: str | os.PathLike[str]) -> ResultsStore:

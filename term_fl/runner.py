@@ -9,7 +9,7 @@ from term_fl.config import Scenario
 from term_fl.engines import run_scenario
 from term_fl.federation import RoundRecord
 from term_fl.results import ResultsStore
-from term_fl.runs import RunRecorder, new_run_id
+from term_fl.runs import RunRecorder, check_output_dir, new_run_id
 
 DEFAULT_RUNS_DIR = Path("runs")
 
@@ -29,6 +29,7 @@ def run_one(
     """
     run_id = new_run_id(scenario)
     run_dir = Path(out_dir) if out_dir is not None else DEFAULT_RUNS_DIR / run_id
+    check_output_dir(run_dir.resolve())  # before any engine starts; RunRecorder.start checks again
     recorder = RunRecorder(store, run_dir.resolve(), run_id=run_id)
     run_scenario(scenario, recorder, on_round=on_round)
     return recorder

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -20,7 +21,7 @@ import torch
 
 import term_fl
 from term_fl.client_app import dataset_for, model_for
-from term_fl.config import Scenario, config_hash
+from term_fl.config import ConfigError, Scenario, config_hash
 from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationResult, Recorder, RoundRecord
 from term_fl.models import TermModel, set_weights
@@ -28,6 +29,45 @@ from term_fl import results
 from term_fl.results import ResultsStore
 
 SPLIT_KEYS = {"val": "validation", "test": "test"}
+RUN_FILES = ("config.json", "summary.json", "model.pt")
+
+
+class OutputInUse(ConfigError):
+    """The output directory already holds another run's files."""
+
+
+def check_output_dir(run_dir: Path) -> None:
+    """Refuse a run directory that holds another run's files: they stay where the store row points."""
+    if not run_dir.exists():
+        return
+    if not run_dir.is_dir():
+        raise OutputInUse(f"--out {run_dir}: is a file, not a directory; give a directory for the run's files")
+    present = [name for name in RUN_FILES if (run_dir / name).exists()]
+    if present:
+        owner = _run_id_in(run_dir)
+        raise OutputInUse(
+            f"--out {run_dir}: already holds the files of {'run ' + repr(owner) if owner else 'another run'} "
+            f"({', '.join(present)}); give a new directory (or none: ./runs/<run id>), or remove that run's files"
+        )
+
+
+def _run_id_in(run_dir: Path) -> str | None:
+    try:
+        return json.loads((run_dir / "summary.json").read_text()).get("run_id")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def write_atomic(path: Path, write: Any) -> None:
+    """Write a file through a temporary sibling and a rename: readers see the old file or the whole new one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
+    text = json.dumps(finite_json(summary), indent=2, allow_nan=False, default=_json_default) + "\n"
+    write_atomic(run_dir / "summary.json", lambda p: p.write_text(text))
 
 
 def new_run_id(scenario: Scenario) -> str:
@@ -130,6 +170,7 @@ class RunRecorder(Recorder):
         self._scenario = scenario
         self._start = time.perf_counter()
         self._data = data_record(scenario, dataset_metadata)
+        check_output_dir(self.run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(scenario.model_dump(), indent=2) + "\n")
         self.run_id = self.store.create_run(
@@ -165,7 +206,7 @@ class RunRecorder(Recorder):
     def finish(self, status: str, result: FederationResult | None, error: str | None = None) -> None:
         assert self._scenario is not None and self.run_id is not None
         if result is not None:
-            save_model(self.run_dir / "model.pt", result)
+            write_atomic(self.run_dir / "model.pt", lambda p: save_model(p, result))
         self.summary = build_summary(
             self._scenario,
             run_id=self.run_id,
@@ -176,10 +217,12 @@ class RunRecorder(Recorder):
             wall_time_s=time.perf_counter() - self._start,
             error=error,
         )
-        (self.run_dir / "summary.json").write_text(
-            json.dumps(finite_json(self.summary), indent=2, allow_nan=False, default=_json_default) + "\n"
-        )
+        # The store row first, then summary.json (atomically): a crash between
+        # the two leaves a finished row without summary.json, which the sweep
+        # rewrites from the row (term_fl.sweep.finished_summary), never a
+        # finished summary.json beside a row that says otherwise.
         self.store.finish_run(self.run_id, status, summary=self.summary, error=error)
+        write_summary(self.run_dir, self.summary)
 
 
 def finite_json(value: Any) -> Any:

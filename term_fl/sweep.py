@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import hashlib
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -27,6 +29,9 @@ from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
 from term_fl.console import RoundPrinter, make_console
 from term_fl.results import ResultsStore
 from term_fl.runner import DEFAULT_RUNS_DIR, run_one
+from term_fl.runs import RUN_FILES, write_summary
+
+MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 
 TABLE_COLUMNS = (("test.pooled_mean", "average"), ("test.worst_10", "worst 10%"),
                  ("test.best_10", "best 10%"), ("test.std", "std"))
@@ -35,20 +40,58 @@ TABLE_COLUMNS = (("test.pooled_mean", "average"), ("test.worst_10", "worst 10%")
 def cell_dirname(overrides: dict[str, Any]) -> str:
     """A readable, filesystem-safe folder name for a cell, e.g. 'strategy.name=term_run.seed=1'."""
     text = "_".join(f"{k}={v}" for k, v in overrides.items()) or "base"
-    return re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
+    name = re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
+    if name.startswith("."):
+        name = "-" + name[1:]
+    if len(name) > MAX_DIRNAME:  # many overrides: keep a readable prefix, made unique by a hash
+        name = f"{name[:MAX_DIRNAME - 17]}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    return name
 
 
-def finished_summary(cell_dir: Path, scenario: Scenario) -> dict[str, Any] | None:
-    """The summary of a finished run of exactly these settings in ``cell_dir``, else None."""
+def finished_summary(cell_dir: Path, scenario: Scenario, store: ResultsStore | None = None) -> dict[str, Any] | None:
+    """The summary of a finished run of exactly these settings in ``cell_dir``, else None.
+
+    The store row is written before summary.json: a cell whose summary.json
+    is missing (a crash between the two) but whose row in ``store`` finished
+    counts as finished, and its summary.json is written again from the row.
+    """
     path = cell_dir / "summary.json"
-    if not path.is_file():
+    summary: dict[str, Any] | None = None
+    if path.is_file():
+        try:
+            summary = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            summary = None
+    if isinstance(summary, dict):
+        same = summary.get("config_hash") == config_hash(scenario) and summary.get("seed") == scenario.run.seed
+        return summary if same and summary.get("status") == "finished" else None
+    if store is None:
+        return None
+    for run in store.list_runs(config_hash=config_hash(scenario), status="finished"):
+        if run.run_dir == str(cell_dir) and run.seed == scenario.run.seed and run.summary:
+            write_summary(cell_dir, run.summary)
+            return run.summary
+    return None
+
+
+def set_aside_earlier_attempt(cell_dir: Path) -> Path | None:
+    """Move an unfinished earlier attempt's files out of the way, into ``cell_dir/earlier/<run id>/``."""
+    present = [name for name in RUN_FILES if (cell_dir / name).exists()]
+    if not present:
         return None
     try:
-        summary = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
-    same = summary.get("config_hash") == config_hash(scenario) and summary.get("seed") == scenario.run.seed
-    return summary if same and summary.get("status") == "finished" else None
+        owner = str(json.loads((cell_dir / "summary.json").read_text()).get("run_id") or "")
+    except (OSError, ValueError, AttributeError):
+        owner = ""
+    base = cell_dir / "earlier" / (re.sub(r"[^A-Za-z0-9._=+-]", "-", owner) or "unknown")
+    dest, n = base, 1
+    while dest.exists():
+        n += 1
+        dest = base.with_name(f"{base.name}-{n}")
+    dest.mkdir(parents=True)
+    for name in present:
+        os.replace(cell_dir / name, dest / name)
+    return dest
 
 
 def run_sweep(
@@ -76,11 +119,14 @@ def run_sweep(
         for i, (overrides, cell) in enumerate(cells, start=1):
             cell_dir = out_dir / cell_dirname(overrides)
             label = f"[cell {i}/{len(cells)}] {cell_dirname(overrides)}"
-            done = finished_summary(cell_dir, cell)
+            done = finished_summary(cell_dir, cell, store)
             if done is not None:
                 console.print(f"{label}: already finished, skipped")
                 summaries.append(done)
                 continue
+            earlier = set_aside_earlier_attempt(cell_dir)
+            if earlier is not None:
+                console.print(f"{label}: an unfinished earlier attempt was moved to {earlier}")
             try:
                 recorder = run_one(cell, store, out_dir=cell_dir, on_round=_every_tenth(RoundPrinter(console, label)))
             except Exception as exc:  # one failing cell does not lose the others

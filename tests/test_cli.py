@@ -85,15 +85,52 @@ def test_sweep_resumes_without_redoing_finished_cells(tmp_path, capsys):
     out, db = tmp_path / "sweep", tmp_path / "r.db"
     args = ["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]
     assert main(args) == 0
-    # an interrupted sweep: one cell never finished
+    # an interrupted sweep: one cell never finished (its summary.json says so)
     unfinished = out / "strategy.name=term_strategy.t=5.0_run.seed=1"
-    (unfinished / "summary.json").unlink()
+    earlier = json.loads((unfinished / "summary.json").read_text())
+    (unfinished / "summary.json").write_text(json.dumps({**earlier, "status": "interrupted"}))
     capsys.readouterr()
     assert main(args) == 0
     printed = capsys.readouterr().out
     assert printed.count("already finished, skipped") == 5
-    assert (unfinished / "summary.json").is_file()
+    rerun = json.loads((unfinished / "summary.json").read_text())
+    assert rerun["status"] == "finished" and rerun["run_id"] != earlier["run_id"]
+    # the earlier attempt's files were moved aside, not overwritten
+    moved = unfinished / "earlier" / earlier["run_id"]
+    assert json.loads((moved / "summary.json").read_text())["status"] == "interrupted"
     assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 7
+
+
+def test_a_crash_between_the_store_row_and_summary_json_does_not_redo_the_cell(tmp_path, capsys):
+    """The store row is finished first; a cell whose summary.json was never written is rebuilt from it."""
+    out, db = tmp_path / "sweep", tmp_path / "r.db"
+    args = ["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]
+    assert main(args) == 0
+    cell = out / "strategy.name=term_strategy.t=5.0_run.seed=1"
+    written = json.loads((cell / "summary.json").read_text())
+    (cell / "summary.json").unlink()  # the process died after finish_run, before summary.json
+    capsys.readouterr()
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("already finished, skipped") == 6
+    assert json.loads((cell / "summary.json").read_text())["run_id"] == written["run_id"]
+    assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 6
+
+
+def test_the_store_row_is_finished_before_summary_json_is_written(tmp_path, monkeypatch):
+    """Write order: a reader that sees summary.json always finds the store row finished too."""
+    import term_fl.runs as runs_module
+
+    seen = {}
+
+    def spy(run_dir, summary):
+        seen["row"] = ResultsStore.open_readonly(tmp_path / "r.db").get_run(summary["run_id"]).status
+        return write_summary(run_dir, summary)
+
+    write_summary = runs_module.write_summary
+    monkeypatch.setattr(runs_module, "write_summary", spy)
+    assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "o"),
+                 "--db", str(tmp_path / "r.db")]) == 0
+    assert seen["row"] == "finished"
 
 
 def test_sweep_without_a_sweep_table_says_how_to_add_one(tmp_path, capsys):

@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from .errors import DataError
 from .seeds import NOISE_SELECT_TAG, dataset_rng
 from .types import DeviceData
 
@@ -59,17 +60,17 @@ def select_noisy_devices(
     """
     devices = tuple(noisy_devices)
     if isinstance(num_noisy, bool) or not isinstance(num_noisy, numbers.Integral):
-        raise ValueError(f"num_noisy must be an integer, got {num_noisy!r}")
+        raise DataError(f"num_noisy must be an integer, got {num_noisy!r}")
     if devices and num_noisy:
-        raise ValueError("give either noisy_devices or num_noisy, not both")
+        raise DataError("give either noisy_devices or num_noisy, not both")
     bad = [d for d in devices if isinstance(d, bool) or not isinstance(d, numbers.Integral) or not 0 <= d < num_devices]
     if bad:
-        raise ValueError(
-            f"noisy_devices {bad!r} are not device indices in the range 0..{num_devices - 1} "
+        raise DataError(
+            f"data.noisy_devices {bad!r} are not device indices in the range 0..{num_devices - 1} "
             f"({num_devices} devices)"
         )
     if not 0 <= num_noisy <= num_devices:
-        raise ValueError(f"num_noisy must be in 0..{num_devices} (the number of devices), got {num_noisy}")
+        raise DataError(f"data.num_noisy must be in 0..{num_devices} (the number of devices), got {num_noisy}")
     if num_noisy:
         chosen = dataset_rng(seed, NOISE_SELECT_TAG).choice(num_devices, size=int(num_noisy), replace=False)
         devices = tuple(int(d) for d in chosen)

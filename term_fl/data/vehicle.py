@@ -111,11 +111,16 @@ def load_vehicle(
 
 @lru_cache(maxsize=8)
 def _load_cached(path: str, mtime_ns: int, size: int, labels: str, num_features: int) -> VehicleData:
-    raw = Path(path).read_bytes()
+    try:
+        raw = Path(path).read_bytes()
+    except OSError as err:
+        raise DataError(f"{path}: cannot be read ({err.strerror})") from None
     try:
         content = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise DataError(f"{path}: not a valid JSON file ({err})") from None
+    except RecursionError:
+        raise DataError(f"{path}: not a vehicle data file (JSON nested too deeply to read)") from None
     users, devices = _parse(content, path, num_features)
     if labels == "zero_one":
         devices = [(x, (y > 0).astype(np.int64)) for x, y in devices]
@@ -180,7 +185,14 @@ def _features(rows: list[Any], path: str, name: str, num_features: int) -> np.nd
     if not np.isfinite(x).all():
         i = int(np.argwhere(~np.isfinite(x))[0, 0])
         raise DataError(f"{path}: {name}, sample {i}: features must be finite numbers")
-    return x.astype(np.float32)
+    x32 = x.astype(np.float32)
+    if not np.isfinite(x32).all():  # finite as float64, beyond float32's range (|x| > 3.4e38)
+        i, j = (int(v) for v in np.argwhere(~np.isfinite(x32))[0])
+        raise DataError(
+            f"{path}: {name}, sample {i}, feature {j}: {x[i, j]:g} overflows float32 "
+            f"(features must lie within +-{float(np.finfo(np.float32).max):.3g})"
+        )
+    return x32
 
 
 def _labels(values: list[Any], path: str, name: str) -> np.ndarray:

@@ -6,10 +6,33 @@ from collections.abc import Callable
 
 from term_fl.client_app import app as client_app
 from term_fl.client_app import dataset_for
-from term_fl.config import Scenario
+from term_fl.config import ConfigError, Scenario, check_fits_dataset
 from term_fl.federation import FederationResult, Recorder, RoundRecord, run_federation
 
 ENGINES = ("flower", "inprocess")
+
+
+def check_machine(scenario: Scenario) -> None:
+    """Fail fast, with one message, when this machine cannot run the scenario's clients.
+
+    Both simulation engines run every client on this machine: a CUDA device
+    (``client.device``) or GPUs per client (``resources.num_gpus``) that are
+    not here would otherwise fail every client of every round.
+    """
+    from term_fl.training import resolve_device
+
+    try:
+        resolve_device(scenario.client.device)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"client.device = {scenario.client.device!r}: {exc}") from None
+    if scenario.resources.num_gpus and scenario.run.engine == "flower":
+        from term_fl.engines.flower import cuda_device_count
+
+        if not cuda_device_count():
+            raise ConfigError(
+                f"resources.num_gpus = {scenario.resources.num_gpus:g} but this machine has no CUDA GPU; "
+                "set it to 0 (or leave it unset)"
+            )
 
 
 def run_scenario(
@@ -19,7 +42,9 @@ def run_scenario(
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
     """Run one scenario on the engine ``scenario.run.engine`` names."""
+    check_machine(scenario)
     num_nodes = dataset_for(scenario).num_devices
+    check_fits_dataset(scenario, num_nodes)
     if scenario.run.engine == "inprocess":
         from term_fl.engines.inprocess import InProcessGrid
 
