@@ -13,6 +13,7 @@ and what is allowed.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import json
@@ -497,16 +498,54 @@ def _relevant_overrides(overrides: dict[str, Any], cell: Scenario) -> dict[str, 
     return {k: v for k, v in overrides.items() if not k.startswith("strategy.") or k in used}
 
 
+# Settings that change where a run executes or how long it waits, not what it
+# computes: runs that differ only in them are the same cell.
+_NOT_HASHED = {
+    "run": ("seed", "name", "engine", "node_timeout", "round_timeout", "max_failed_rounds"),
+    "data": ("seed", "path"),
+}
+
+
 def config_hash(scenario: Scenario) -> str:
-    """Hash of the resolved settings without seeds and names: groups the seeds of one sweep cell."""
+    """Hash of what a run computes, without seeds: groups the seeds of one sweep cell.
+
+    Left out: seeds, names and the description, the sweep and selection
+    tables, the engine (both give the same numbers), timeouts and
+    ``run.max_failed_rounds``, the per-client resources, the parameters the
+    strategy does not use, and ``data.path``: a synthetic scenario does not
+    read it (so ``TERM_FL_VEHICLE_DATA`` set in one shell and not in another
+    changes nothing), and the vehicle data counts by its content (the file's
+    sha256), so the same file under another path is the same cell.
+    """
     raw = scenario.model_dump()
     raw["strategy"] = {"name": scenario.strategy.name, **scenario.strategy_params()}
-    raw["run"].pop("seed", None)
-    raw["run"].pop("name", None)
-    raw["data"].pop("seed", None)
-    raw.pop("sweep", None)
-    raw.pop("selection", None)
-    raw.pop("description", None)
-    raw["run"].pop("engine", None)
+    for table, keys in _NOT_HASHED.items():
+        for key in keys:
+            raw[table].pop(key, None)
+    for table in ("sweep", "selection", "description", "name", "resources"):
+        raw.pop(table, None)
+    if scenario.data.name == "vehicle" and scenario.data.path:
+        raw["data"]["sha256"] = file_digest(scenario.data.path)
     text = json.dumps(raw, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def file_digest(path: str) -> str:
+    """sha256 of a file's bytes (cached while its size and mtime stay), or its path when it cannot be read."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return f"unreadable:{path}"
+    return _digest(path, stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=16)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return f"unreadable:{path}"
+    return digest.hexdigest()

@@ -172,3 +172,19 @@ def test_dashboard_access_log_is_off_unless_asked_for(flag, expected, tmp_path, 
     monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: calls.append(kw))
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--port", "8123", *flag]) == 0
     assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected}]
+
+
+def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, monkeypatch):
+    """Not a usage error (2): the run is recorded as failed, and the exit status says it failed."""
+    import term_fl.engines as engines
+    from term_fl.federation import FederationError
+
+    def failing(scenario, recorder, on_round=None):
+        raise FederationError("every round failed (1 of 1)")
+
+    monkeypatch.setattr("term_fl.runner.run_scenario", failing)
+    code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "o"),
+                 "--db", str(tmp_path / "r.db")])
+    err = capsys.readouterr().err
+    assert code == 1 and "the run failed: every round failed (1 of 1)" in err and "Traceback" not in err
+    assert engines.run_scenario is not failing

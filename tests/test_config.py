@@ -190,3 +190,62 @@ def test_sweeping_a_whole_table_is_refused(tmp_path):
 def test_the_engine_is_explicit_only_when_given(tmp_path):
     assert "engine" not in load_scenario(None, environ={}).run.model_fields_set
     assert "engine" in load_scenario(None, ["run.engine=flower"], environ={}).run.model_fields_set
+
+
+def test_config_hash_of_a_synthetic_scenario_ignores_the_vehicle_data_environment(tmp_path):
+    """A sweep resumed in a shell without TERM_FL_VEHICLE_DATA must find its finished cells."""
+    with_env = load_scenario(None, environ={VEHICLE_DATA_ENV: str(tmp_path / "vehicle.json")})
+    without = load_scenario(None, environ={})
+    assert with_env.data.path is not None and without.data.path is None
+    assert config_hash(with_env) == config_hash(without)
+
+
+def test_config_hash_of_vehicle_data_follows_the_files_content_not_its_path(tmp_path):
+    first, copy, other = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "c.json"
+    first.write_text('{"users": []}')
+    copy.write_text('{"users": []}')
+    other.write_text('{"users": ["x"]}')
+
+    def hashed(path):
+        return config_hash(load_scenario(None, ["data.name=vehicle", f"data.path={path}",
+                                                "run.clients_per_round=1"], environ={}))
+
+    assert hashed(first) == hashed(copy) != hashed(other)
+
+
+@pytest.mark.parametrize(
+    "override",
+    ["run.engine=inprocess", "run.node_timeout=5", "run.round_timeout=9", "run.max_failed_rounds=7",
+     "resources.num_cpus=2", "run.name=other", "description='x'", "name=renamed"],
+)
+def test_config_hash_ignores_where_and_how_long_a_run_waits(override):
+    assert config_hash(load_scenario(None, [override], environ={})) == config_hash(load_scenario(None, environ={}))
+
+
+@pytest.mark.parametrize("override", ["client.lr=0.5", "data.num_devices=50", "run.rounds=3", "model.name=mlp",
+                                      "run.evaluate_fraction=0.5", "client.device=cpu"])
+def test_config_hash_changes_with_what_a_run_computes(override):
+    assert config_hash(load_scenario(None, [override], environ={})) != config_hash(load_scenario(None, environ={}))
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("run.rounds=true", "run.rounds: a boolean is not allowed"),
+        ("strategy.t=false", "strategy.t: a boolean is not allowed"),
+        ("data.noisy_devices=[1, true]", "data.noisy_devices: a boolean is not allowed"),
+        ("run.clients_per_round=101", "run.clients_per_round = 101 but the dataset has 100 devices; allowed: 1..100"),
+        ("name=../up", "name: must be 1 to 64 letters"),
+        ("name=a/b", "name: must be 1 to 64 letters"),
+        ("name=.hidden", "name: must be 1 to 64 letters"),
+    ],
+)
+def test_values_that_used_to_pass_silently_are_refused(override, message):
+    with pytest.raises(ConfigError) as err:
+        load_scenario(None, [override], environ={})
+    assert message in str(err.value)
+
+
+def test_booleans_still_set_boolean_keys_and_numbers_still_set_numbers():
+    s = load_scenario(None, ["strategy.t=2", "run.rounds=4", "data.noisy_devices=[1, 2]"], environ={})
+    assert (s.strategy.t, s.run.rounds, s.data.noisy_devices) == (2.0, 4, [1, 2])

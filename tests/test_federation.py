@@ -146,10 +146,17 @@ def test_failing_clients_are_excluded_and_the_round_goes_on(tiny):
     rec = ListRecorder()
     run_federation(InProcessGrid(failing_client({0, 1, 2}), 6), tiny, rec)
     assert rec.status == "finished"
+    excluded_somewhere = False
     for rnd in rec.rounds:
+        sampled = {row["partition_id"] for row in rnd.train_rows}
         failed = {row["partition_id"] for row in rnd.train_rows if not row["included"]}
-        assert failed == {row["partition_id"] for row in rnd.train_rows} & {0, 1, 2}
-        assert {e["partition_id"] for e in rnd.excluded if e.get("partition_id") is not None} <= {0, 1, 2}
+        assert failed == sampled & {0, 1, 2}
+        # every failed device's reply is recorded as excluded, with its node and the reason
+        recorded = [e for e in rnd.excluded if e["partition_id"] is not None]
+        assert sorted(e["partition_id"] for e in recorded) == sorted(failed)
+        assert all("sensor offline" in e["reason"] and e["node_id"] for e in recorded)
+        excluded_somewhere |= bool(failed)
+    assert excluded_somewhere  # the seed samples a failing device in some round: the check above is not vacuous
 
 
 def test_rounds_without_valid_replies_stop_the_run_with_a_clear_error(tmp_path):
@@ -159,6 +166,32 @@ def test_rounds_without_valid_replies_stop_the_run_with_a_clear_error(tmp_path):
         run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, rec)
     assert rec.status == "failed" and len(rec.rounds) == 2
     assert all(r.status == "failed" for r in rec.rounds)
+
+
+def test_a_run_whose_every_round_failed_ends_failed_even_below_max_failed_rounds():
+    """rounds=1 < max_failed_rounds=3: the one round failed, so nothing was learned and the run must say so."""
+    scenario = small_scenario("run.engine=inprocess", "run.rounds=1")
+    rec = ListRecorder()
+    with pytest.raises(FederationError, match=r"every round failed \(1 of 1\)"):
+        run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, rec)
+    assert rec.status == "failed" and [r.status for r in rec.rounds] == ["failed"]
+
+
+def test_a_run_with_one_good_round_among_failed_ones_finishes():
+    class FlakyGrid(InProcessGrid):
+        """Every training reply of round 1 is an error; later rounds are fine."""
+
+        def _deliver(self, msg):
+            from flwr.app import Error, Message
+
+            if msg.metadata.message_type == "train" and msg.content["config"]["server-round"] == 1:
+                return Message(Error(code=2, reason="flaky"), reply_to=msg)
+            return super()._deliver(msg)
+
+    scenario = small_scenario("run.engine=inprocess", "run.rounds=2")
+    rec = ListRecorder()
+    run_federation(FlakyGrid(client_app, 6), scenario, rec)
+    assert rec.status == "finished" and [r.status for r in rec.rounds] == ["failed", "ok"]
 
 
 def test_a_failed_run_keeps_its_rounds_readable_and_is_marked(tmp_path, monkeypatch):

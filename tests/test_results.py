@@ -558,3 +558,47 @@ def test_a_closed_store_opens_read_only_in_a_read_only_folder(tmp_path):
         assert ResultsStore.open_readonly(folder / "r.db").get_run("r1").name == "n"
     finally:
         os.chmod(folder, stat.S_IRWXU)
+
+
+def _hold_read_transaction(path):
+    import sqlite3 as _sqlite3
+
+    reader = _sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM runs").fetchall()  # a shared lock while the transaction is open
+    return reader
+
+
+def test_a_busy_store_is_waited_for_with_a_message_not_called_corrupt(tmp_path, caplog, monkeypatch):
+    import threading
+
+    import term_fl.results as results_module
+
+    monkeypatch.setattr(results_module, "BUSY_POLL_S", 0.2)  # each try waits 0.2 s: the message comes early
+
+    path = tmp_path / "busy.db"
+    ResultsStore(path).close()  # the last writer leaves rollback-journal mode: a reader's lock blocks a writer
+    reader = _hold_read_transaction(path)
+    threading.Timer(1.0, lambda: reader.execute("COMMIT")).start()
+    with caplog.at_level("WARNING", logger="term_fl"):
+        with ResultsStore(path) as store:
+            make_run(store)
+    assert f"waiting for the results database {path}" in caplog.text
+    reader.close()
+
+
+def test_a_store_that_stays_busy_says_busy(tmp_path, monkeypatch):
+    import term_fl.results as results_module
+
+    monkeypatch.setattr(results_module, "BUSY_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(results_module, "BUSY_POLL_S", 0.1)
+    path = tmp_path / "busy.db"
+    ResultsStore(path).close()
+    reader = _hold_read_transaction(path)
+    try:
+        with pytest.raises(StoreError) as err:
+            ResultsStore(path)
+        assert "is busy" in str(err.value) and "not damaged" in str(err.value)
+        assert "not a term-fl results database" not in str(err.value)
+    finally:
+        reader.close()
