@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     dash.add_argument("--port", type=int, default=8050)
     dash.add_argument("--access-log", action="store_true", help="log every HTTP request (off by default)")
+    dash.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME",
+                      help="also answer requests for this host name (repeatable); by default only the bound "
+                           "address, loopback names and this machine's name (a guard against DNS rebinding)")
     report = sub.add_parser("report", help="write one self-contained HTML report of a run or a scenario",
                             parents=[common])
     report.add_argument("run_or_scenario", help="a run id, or a scenario name (all its finished runs)")
@@ -168,9 +171,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from term_fl.dashboard import serve
 
+    from term_fl.dashboard.hosts import is_loopback
+
     db = store_path(args)
+    if not is_loopback(args.host):
+        print(f"term-fl dashboard: warning: --host {args.host} serves the dashboard beyond this machine, and it has "
+              f"no authentication: anyone who can reach port {args.port} can read every run in {db}. Use it only on "
+              "a trusted network (or keep the default 127.0.0.1 and forward the port).", file=sys.stderr)
     print(f"term-fl dashboard: http://{args.host}:{args.port}/  (store {db}, read-only; Ctrl-C to stop)")
-    serve(db, host=args.host, port=args.port, access_log=args.access_log)
+    serve(db, host=args.host, port=args.port, access_log=args.access_log, allowed_hosts=args.allowed_hosts)
     return 0
 
 

@@ -285,6 +285,8 @@ class RunInfo:
     finished_at: float | None
     run_dir: str | None
     summary: dict[str, Any] | None
+    damaged: tuple[str, ...] = ()
+    """JSON columns of the row that could not be decoded (their values read as empty); () for a sound row."""
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -908,12 +910,24 @@ def _nan_if_none(value: float | None) -> float:
 def _run_info(row: tuple[Any, ...]) -> RunInfo:
     (run_id, name, scenario, engine, strategy, params, seed, config_hash, config, data, status, error,
      planned, completed, started, finished, run_dir, summary) = row  # fmt: skip
+    damaged: list[str] = []
+
+    def decode(text: str | None, column: str, empty: Any) -> Any:
+        """A JSON column; a damaged one (hand-edited, a disk fault) reads as ``empty`` and is named in ``damaged``."""
+        if text is None:
+            return empty
+        try:
+            return json.loads(text)
+        except (ValueError, RecursionError):
+            damaged.append(column)
+            return empty
+
     return RunInfo(
         run_id=run_id, name=name, scenario=scenario, engine=engine, strategy=strategy,
-        strategy_params=json.loads(params), seed=seed, config_hash=config_hash, config=json.loads(config),
-        data=json.loads(data), status=status, error=error, rounds_planned=planned, rounds_completed=completed,
-        started_at=started, finished_at=finished, run_dir=run_dir,
-        summary=None if summary is None else json.loads(summary),
+        strategy_params=decode(params, "strategy_params_json", {}), seed=seed, config_hash=config_hash,
+        config=decode(config, "config_json", {}), data=decode(data, "data_json", {}), status=status, error=error,
+        rounds_planned=planned, rounds_completed=completed, started_at=started, finished_at=finished,
+        run_dir=run_dir, summary=decode(summary, "summary_json", None), damaged=tuple(damaged),
     )  # fmt: skip
 
 

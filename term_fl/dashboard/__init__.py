@@ -11,8 +11,10 @@ plotly.js bundled with the plotly package, so nothing is loaded from a CDN.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 
 from term_fl.dashboard.app import create_app
+from term_fl.dashboard.hosts import allowed_host_names
 from term_fl.dashboard.report import ReportError, write_report
 
 __all__ = ["ReportError", "create_app", "serve", "write_report"]
@@ -23,6 +25,7 @@ def serve(
     host: str = "127.0.0.1",
     port: int = 8050,
     *,
+    allowed_hosts: Iterable[str] = (),
     log_level: str = "info",
     access_log: bool = False,
 ) -> None:
@@ -31,8 +34,13 @@ def serve(
     Binds to the loopback interface by default: the dashboard has no
     authentication, so pass another ``host`` only on a trusted network.
     ``access_log`` logs every HTTP request (off: pages poll the API every 3 s
-    while a run is running, which would print a line each time).
+    while a run is running, which would print a line each time). Requests are
+    answered only for the ``Host:`` names of the bound address, loopback
+    names, this machine's name and ``allowed_hosts`` (DNS-rebinding guard,
+    :mod:`term_fl.dashboard.hosts`).
     """
     import uvicorn
 
-    uvicorn.run(create_app(db), host=host, port=port, log_level=log_level, access_log=access_log)
+    names, any_ip = allowed_host_names(host, allowed_hosts)
+    app = create_app(db, allowed_hosts=names, any_ip_host=any_ip)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from term_fl.dashboard import queries
+from term_fl.dashboard.hosts import HostGuard
 from term_fl.dashboard.render import PLOTLY_JS, STATIC_DIR, render
 from term_fl.results import RUN_STATUSES, ResultsStore, RunNotFound, StoreError
 
@@ -50,11 +51,19 @@ lowest / highest 10% of device accuracies, `std`, `jain`, loss risks `var`, `cva
 """
 
 
-def create_app(db_path: str | os.PathLike[str]) -> FastAPI:
+def create_app(
+    db_path: str | os.PathLike[str],
+    *,
+    allowed_hosts: Iterable[str] | None = None,
+    any_ip_host: bool = False,
+) -> FastAPI:
     """The dashboard app for the results store at ``db_path`` (resolved to an absolute path).
 
     Serve it with uvicorn (:func:`term_fl.dashboard.serve`). The file need not
     exist yet: until it does, pages and API answer 503 naming the path.
+    ``allowed_hosts``: the ``Host:`` names to answer (others get 400; see
+    :mod:`term_fl.dashboard.hosts`); None answers any (``serve`` always
+    passes the names of the address it binds).
     """
     db = Path(db_path).expanduser().resolve()
     app = FastAPI(
@@ -69,6 +78,8 @@ def create_app(db_path: str | os.PathLike[str]) -> FastAPI:
     app.include_router(_api_router())
     app.include_router(_page_router(db))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    if allowed_hosts is not None:
+        app.add_middleware(HostGuard, names=allowed_hosts, any_ip=any_ip_host)
     return app
 
 
@@ -101,18 +112,12 @@ def _api_router() -> APIRouter:
         statistics of its last round per split (`final.test`, `final.val`)."""
         return queries.list_runs(store, scenario=scenario, status=status, strategy=strategy)
 
-    @api.get("/runs/{run_id}", summary="One run: settings, progress, per-round bookkeeping")
-    def run(store: Store, run_id: str) -> dict[str, Any]:
-        """The run's list entry plus `config`, `data`, `strategy_params`, `error`, `summary`
-        and `rounds` (status, running estimate, sampled / included devices, exclusions)."""
-        return queries.run_detail(store, run_id)
-
-    @api.get("/runs/{run_id}/rounds", summary="Fairness statistics and loss risks per round")
+    @api.get("/runs/{run_id:path}/rounds", summary="Fairness statistics and loss risks per round")
     def rounds(store: Store, run_id: str) -> dict[str, Any]:
         """`splits.<split>.<statistic>` is a list over `splits.<split>.round`."""
         return queries.round_series(store, run_id)
 
-    @api.get("/runs/{run_id}/devices", summary="Per-device accuracy and loss at one round")
+    @api.get("/runs/{run_id:path}/devices", summary="Per-device accuracy and loss at one round")
     def devices(
         store: Store,
         run_id: str,
@@ -123,28 +128,40 @@ def _api_router() -> APIRouter:
         and `rounds`: every round with evaluations of this split."""
         return queries.devices_at(store, run_id, round=round, split=split)
 
-    @api.get("/runs/{run_id}/weights", summary="Tilted weight of every device in every round")
+    @api.get("/runs/{run_id:path}/weights", summary="Tilted weight of every device in every round")
     def weights(store: Store, run_id: str) -> dict[str, Any]:
         """A heatmap matrix: `weights[i][j]` is the aggregation weight of device
         `partition_ids[i]` in round `rounds[j]`, `null` where it was not sampled."""
         return queries.weights_matrix(store, run_id)
+
+    @api.get("/runs/{run_id:path}", summary="One run: settings, progress, per-round bookkeeping")
+    def run(store: Store, run_id: str) -> dict[str, Any]:
+        """Run ids may hold `/` (matched after the `/rounds`, `/devices`, `/weights` routes).
+
+        The run's list entry plus `config`, `data`, `strategy_params`, `error`, `summary`
+        and `rounds` (status, running estimate, sampled / included devices, exclusions)."""
+        return queries.run_detail(store, run_id)
 
     @api.get("/compare", summary="Compare runs: mean ± standard error over seeds per cell")
     def compare(
         store: Store,
         runs: Annotated[str | None, Query(description="Comma-separated run ids (any status)")] = None,
         scenario: Annotated[str | None, Query(description="All finished runs of this scenario")] = None,
+        run: Annotated[list[str] | None, Query(description="A run id, repeatable (for ids holding a comma)")] = None,
     ) -> dict[str, Any]:
         """Runs grouped by `config_hash` (same settings, other seeds). Per cell and split:
         mean and standard error (sample std / sqrt(n); null for one seed) of the final
         average, worst 10%, best 10%, std, and the pooled final device accuracies."""
-        return queries.compare(store, run_ids=_split_ids(runs), scenario=scenario)
+        return queries.compare(store, run_ids=_split_ids(runs, run), scenario=scenario)
 
     return api
 
 
-def _split_ids(runs: str | None) -> list[str] | None:
-    return [r.strip() for r in runs.split(",") if r.strip()] if runs else None
+def _split_ids(runs: str | None, run: list[str] | None = None) -> list[str] | None:
+    """Run ids from ``runs=a,b`` and from repeated ``run=`` (which may hold commas)."""
+    ids = [r.strip() for r in runs.split(",") if r.strip()] if runs else []
+    ids += [r for r in run or [] if r]
+    return ids or None
 
 
 # -- pages --------------------------------------------------------------------
@@ -159,14 +176,18 @@ def _page_router(db: Path) -> APIRouter:
         options = {key: sorted({r[key] for r in runs}) for key in ("status", "scenario", "strategy")}
         return render("runs.html", runs=runs, options=options, db=str(db))
 
-    @pages.get("/runs/{run_id}")
+    @pages.get("/runs/{run_id:path}")
     def run_page(store: Store, run_id: str) -> str:
         return render("run.html", run=queries.run_detail(store, run_id), db=str(db))
 
     @pages.get("/compare")
-    def compare_page(store: Store, runs: str | None = None, scenario: str | None = None) -> str:
-        data = queries.compare(store, run_ids=_split_ids(runs), scenario=scenario)
-        return render("compare.html", compare=data, query={"runs": runs or "", "scenario": scenario or ""}, db=str(db))
+    def compare_page(
+        store: Store, runs: str | None = None, scenario: str | None = None, run: Annotated[list[str] | None, Query()] = None
+    ) -> str:
+        ids = _split_ids(runs, run)
+        data = queries.compare(store, run_ids=ids, scenario=scenario)
+        query = {"runs": runs or "", "run_ids": ids or [], "scenario": scenario or ""}
+        return render("compare.html", compare=data, query=query, db=str(db))
 
     @pages.get("/vendor/plotly.min.js", response_class=FileResponse)
     def plotly_js() -> FileResponse:

@@ -91,7 +91,16 @@ def _final_stats(store: ResultsStore, run_id: str) -> dict[str, Any]:
 
 
 def run_row(store: ResultsStore, info: RunInfo) -> dict[str, Any]:
-    """One line of the runs list: identity, strategy parameters, progress and final statistics."""
+    """One line of the runs list: identity, strategy parameters, progress and final statistics.
+
+    ``damaged`` names the stored JSON that could not be read (the row is
+    still listed, flagged, so one bad row does not hide the others).
+    """
+    damaged = list(info.damaged)
+    try:
+        final = _final_stats(store, info.run_id)
+    except (ValueError, RecursionError):  # a round_stats row with damaged JSON
+        final, damaged = {split: {} for split in SPLITS}, [*damaged, "stats_json"]
     return clean(
         {
             "run_id": info.run_id,
@@ -107,7 +116,8 @@ def run_row(store: ResultsStore, info: RunInfo) -> dict[str, Any]:
             "rounds_planned": info.rounds_planned,
             "started_at": info.started_at,
             "finished_at": info.finished_at,
-            "final": _final_stats(store, info.run_id),
+            "final": final,
+            "damaged": damaged,
         }
     )
 
@@ -123,8 +133,13 @@ def list_runs(
 def run_detail(store: ResultsStore, run_id: str) -> dict[str, Any]:
     """A run's list line plus its full settings, data, error, summary and per-round bookkeeping."""
     info = store.get_run(run_id)
+    row = run_row(store, info)
+    try:
+        rounds = store.load_rounds(run_id)
+    except (ValueError, RecursionError):  # damaged excluded_json
+        rounds, row["damaged"] = [], [*row["damaged"], "excluded_json"]
     return {
-        **run_row(store, info),
+        **row,
         **clean(
             {
                 "strategy_params": info.strategy_params,
@@ -133,7 +148,7 @@ def run_detail(store: ResultsStore, run_id: str) -> dict[str, Any]:
                 "error": info.error,
                 "run_dir": info.run_dir,
                 "summary": info.summary,
-                "rounds": store.load_rounds(run_id),
+                "rounds": rounds,
             }
         ),
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.parse
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,11 @@ def param(value: Any) -> str:
     return "" if value is None else f"{value:g}"
 
 
+def path_segment(value: Any) -> str:
+    """A run id as one URL path segment: every reserved character (``/``, ``,``, ``?``, ``#`` ...) escaped."""
+    return urllib.parse.quote(str(value), safe="")
+
+
 def fmt_time(stamp: float | None) -> str:
     """Unix seconds as UTC date and time."""
     return "—" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
@@ -84,7 +90,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, pretty_json=pretty_json)
+    env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, pretty_json=pretty_json, path_segment=path_segment)
     env.globals.update(PARAM_KEYS=PARAM_KEYS, TABLE_STATS=TABLE_STATS, STAT_LABELS=STAT_LABELS,
                        POLL_SECONDS=POLL_SECONDS)  # fmt: skip
     return env

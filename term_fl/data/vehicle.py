@@ -185,7 +185,8 @@ def _features(rows: list[Any], path: str, name: str, num_features: int) -> np.nd
     if not np.isfinite(x).all():
         i = int(np.argwhere(~np.isfinite(x))[0, 0])
         raise DataError(f"{path}: {name}, sample {i}: features must be finite numbers")
-    x32 = x.astype(np.float32)
+    with np.errstate(over="ignore"):  # checked just below, naming the value
+        x32 = x.astype(np.float32)
     if not np.isfinite(x32).all():  # finite as float64, beyond float32's range (|x| > 3.4e38)
         i, j = (int(v) for v in np.argwhere(~np.isfinite(x32))[0])
         raise DataError(

@@ -3,7 +3,9 @@
 // of final device accuracies (FedAvg vs q-FFL vs TERM); live while runs run.
 (() => {
   const { page, api, meanSe, element, updateRunFields, plot, poll, COLORS } = TermFL;
-  const query = page.dataset.runs ? { runs: page.dataset.runs } : { scenario: page.dataset.scenario };
+  // Run ids travel as repeated run= parameters: an id may hold a comma.
+  const runIds = JSON.parse(page.dataset.runIds || "[]");
+  const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
   const splitSelect = document.getElementById("compare-split");
   const tableStats = Array.from(document.querySelectorAll("#cells th[data-stat]")).map((th) => th.dataset.stat);
   let data = null;

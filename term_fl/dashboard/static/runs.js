@@ -64,7 +64,7 @@
     compareSelected.disabled = selectedIds().length === 0;
   });
   compareSelected.addEventListener("click", () => {
-    window.location.href = "/compare?" + new URLSearchParams({ runs: selectedIds().join(",") });
+    window.location.href = "/compare?" + new URLSearchParams(selectedIds().map((id) => ["run", id]));
   });
   applyFilters();
 

@@ -1,0 +1,85 @@
+"""Which ``Host:`` names the dashboard answers: a guard against DNS rebinding.
+
+The dashboard has no authentication. A web page on another site can make a
+browser send requests to ``http://127.0.0.1:8050`` through a name the
+attacker controls (DNS rebinding); the request then carries the attacker's
+name in its ``Host:`` header. Answering only the names the dashboard was
+bound to (plus loopback names, this machine's host name, and those given
+with ``--allowed-host``) refuses such requests. An IP address in ``Host:``
+cannot be rebound, so when bound to every interface (``0.0.0.0`` / ``::``)
+any IP literal is accepted too.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Iterable
+
+from starlette.responses import PlainTextResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def allowed_host_names(bind_host: str, extra: Iterable[str] = ()) -> tuple[frozenset[str], bool]:
+    """The names to accept for a dashboard bound to ``bind_host``, and whether any IP literal is accepted."""
+    names = {bind_host.lower(), *LOOPBACK_NAMES, *(h.lower().strip() for h in extra if h.strip())}
+    wildcard = bind_host in WILDCARD_HOSTS
+    if wildcard or not is_loopback(bind_host):
+        names.add(socket.gethostname().lower())
+    names.discard("")
+    return frozenset(names), wildcard
+
+
+def host_of(header: str) -> str:
+    """The name in a ``Host:`` header, without its port (``[::1]:8050`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:header.find("]")] if "]" in header else header
+    name, _, _ = header.partition(":")
+    return name.rstrip(".")
+
+
+def _is_ip(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+class HostGuard:
+    """ASGI middleware: answer 400, naming the refused host and how to allow it, for any other ``Host:``."""
+
+    def __init__(self, app: ASGIApp, names: Iterable[str], *, any_ip: bool = False) -> None:
+        self.app = app
+        self.names = frozenset(names)
+        self.any_ip = any_ip
+
+    def allows(self, header: str) -> bool:
+        name = host_of(header)
+        return name in self.names or (self.any_ip and _is_ip(name))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            header = next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == b"host"), "")
+            if not self.allows(header):
+                response = PlainTextResponse(
+                    f"Invalid Host header {header!r}: this dashboard answers {', '.join(sorted(self.names))}"
+                    f"{' and IP addresses' if self.any_ip else ''}; start it with --allowed-host NAME to add a name",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
