@@ -1,5 +1,3 @@
-import sys
+from term_fl.cli import entry
 
-from term_fl.cli import main
-
-sys.exit(main())
+entry()

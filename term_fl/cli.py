@@ -228,8 +228,29 @@ def main(argv: list[str] | None = None) -> int:
         return USAGE_EXIT
     except KeyboardInterrupt:
         print("term-fl: interrupted; completed rounds are in the results store", file=sys.stderr)
-        return 130
+        return INTERRUPTED_EXIT
+
+
+INTERRUPTED_EXIT = 130
+
+
+def entry() -> None:
+    """The ``term-fl`` command: :func:`main`, and after Ctrl-C an exit that waits for no thread.
+
+    Flower's Simulation Engine leaves non-daemon worker threads that can
+    block in ``ray.get()`` once Ray is shut down; a normal interpreter exit
+    would join them and hang. By the time ``main`` returns the run is
+    recorded as interrupted (every round is a committed transaction), so the
+    process ends at once; a Ray shutdown that did not complete is finished by
+    the run's watchdog (:mod:`term_fl.engines.watchdog`).
+    """
+    code = main()
+    if code == INTERRUPTED_EXIT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -12,6 +12,7 @@ left running.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -29,6 +30,7 @@ from flwr.serverapp import Grid, ServerApp
 from term_fl.client_app import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.dispatch import linear_dispatcher
+from term_fl.engines.watchdog import orphan_guard
 from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
 
 log = logging.getLogger("term_fl")
@@ -112,6 +114,9 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
     temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    guard = orphan_guard()  # Ray's agents and workers outlive a driver killed with SIGKILL
+    watchdog = guard.__enter__()
+    interrupted = False
     original_build = raybackend.RayBackend.build
     original_terminate = raybackend.RayBackend.terminate
 
@@ -142,13 +147,18 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
         _session["temp_dir"] = temp_dir
         with linear_dispatcher():
             yield
+    except KeyboardInterrupt:
+        interrupted = True
+        raise
     finally:
         raybackend.RayBackend.build = original_build
         raybackend.RayBackend.terminate = original_terminate
         _drop_pool()
         _session.clear()
-        if ray.is_initialized():
-            ray.shutdown()
+        stopped = shutdown_ray(INTERRUPTED_SHUTDOWN_S if interrupted else SHUTDOWN_S)
+        if watchdog is not None:
+            watchdog.keep = not stopped
+        guard.__exit__(None, None, None)
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
@@ -222,8 +232,34 @@ class StoppableGrid(Grid):
         return replies
 
 
-# How long Ctrl-C waits for the server loop to record the run as interrupted.
-STOP_GRACE_S = 10.0
+# How long Ctrl-C waits for the server loop to record the run as interrupted,
+# and then for Ray to shut down; what Ray leaves after that, the watchdog
+# (term_fl.engines.watchdog) ends once the process exits (term_fl.cli.entry
+# exits without joining Flower's threads). Together well under 5 s.
+STOP_GRACE_S = 2.0
+INTERRUPTED_SHUTDOWN_S = 1.5
+SHUTDOWN_S = 60.0
+
+
+def shutdown_ray(timeout: float) -> bool:
+    """``ray.shutdown()``, waiting at most ``timeout`` s; whether it completed.
+
+    After Ctrl-C one of Flower's worker threads may still block in
+    ``ray.get()``, and ``ray.shutdown()`` can then hang: it runs in a daemon
+    thread so the caller can give up on it.
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return True
+    done = threading.Event()
+
+    def shutdown() -> None:
+        ray.shutdown()
+        done.set()
+
+    threading.Thread(target=shutdown, name="term-fl-ray-shutdown", daemon=True).start()
+    return done.wait(timeout)
 
 
 def run_flower_simulation(
@@ -254,6 +290,9 @@ def run_flower_simulation(
 
     in_session = bool(_session)
     ray_temp_dir = _session.get("temp_dir") or tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    guard = contextlib.nullcontext() if in_session else orphan_guard()
+    watchdog = guard.__enter__()  # Ray's agents and workers outlive a driver killed with SIGKILL
+    interrupted = False
     try:
         with linear_dispatcher():
             run_simulation(
@@ -265,14 +304,17 @@ def run_flower_simulation(
     except KeyboardInterrupt:
         # Ctrl-C reaches this (main) thread; the server loop runs in Flower's
         # ServerApp thread: stop it and let it record the run as interrupted.
+        interrupted = True
         stop.set()
         server_done.wait(STOP_GRACE_S)
         raise
     finally:
         if not in_session:
-            if ray.is_initialized():
-                ray.shutdown()
+            stopped = shutdown_ray(INTERRUPTED_SHUTDOWN_S if interrupted else SHUTDOWN_S)
+            if watchdog is not None:
+                watchdog.keep = not stopped  # the watchdog ends what is left once this process exits
             shutil.rmtree(ray_temp_dir, ignore_errors=True)
+        guard.__exit__(None, None, None)
     if "error" in outcome:
         raise outcome["error"]
     if "result" not in outcome:
