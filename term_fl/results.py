@@ -15,7 +15,9 @@ Tables (``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`,
     sweep cell), ``config_json``, ``data_json`` (name, path, sha256),
     ``status`` (running | finished | failed | interrupted), ``error``,
     ``rounds_planned``, ``rounds_completed``, ``started_at``, ``finished_at``
-    (Unix seconds), ``run_dir``, ``summary_json``.
+    (Unix seconds), ``run_dir``, ``summary_json``, ``heartbeat_at`` (Unix
+    seconds: the writer's last sign of life, every round and every
+    :data:`HEARTBEAT_S` seconds; schema version 2).
 ``rounds``
     One row per recorded round: ``status`` (ok | failed), the TERM
     ``running_estimate``, ``num_sampled``, ``num_included``, ``duration_s``,
@@ -41,11 +43,20 @@ Conventions:
   columns hold standard JSON, where a non-finite number is ``null``;
   :meth:`ResultsStore.load_round_stats` reads such a ``null`` back as NaN
   (statistics are numbers), the other JSON columns keep it as None.
-- A run killed hard (SIGKILL, power off, ``os._exit``) stays ``running``
-  forever; every round it completed is stored and readable. The server
-  calls ``finish_run(run_id, "interrupted")`` on KeyboardInterrupt and
-  ``"failed"`` on an exception, so a ``running`` run that is not running any
-  more crashed.
+- A run killed hard (SIGKILL, power off, ``os._exit``) keeps ``running``
+  in its ``status`` column; every round it completed is stored and
+  readable. Its heartbeat stops, and readers show a ``running`` run whose
+  heartbeat is older than :data:`LOST_AFTER_S` seconds as ``lost``
+  (:attr:`RunInfo.status`; the ``status`` filter of :meth:`ResultsStore.list_runs`
+  knows it too). No process ids are involved, so a reader in another
+  container or on another machine (with a clock within a few seconds)
+  judges the same. A lost run whose writer comes back is ``running`` again
+  at its next heartbeat. The server calls ``finish_run(run_id,
+  "interrupted")`` on KeyboardInterrupt and ``"failed"`` on an exception.
+- Schema versions: 1 (0.1.x), 2 (adds ``runs.heartbeat_at``). Opening a
+  store of an older version for writing migrates it in place, in one
+  transaction (:data:`MIGRATIONS`); read-only opening reads versions 1 and 2
+  without changing the file.
 - ``synchronous=NORMAL``: a committed round survives a crash of the
   process; a power loss may lose the last rounds, never corrupt the file.
 """
@@ -87,15 +98,25 @@ __all__ = [
     "new_run_id",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Statements that bring a store of version v to v + 1, run in one transaction.
+MIGRATIONS: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE runs ADD COLUMN heartbeat_at REAL",),
+}
+READABLE_VERSIONS = (1, 2)
+# A running run records a heartbeat every HEARTBEAT_S seconds (and every
+# round); readers call it lost when the last one is older than LOST_AFTER_S.
+HEARTBEAT_S = 5.0
+LOST_AFTER_S = 60.0
 # How long opening or writing waits for a lock another connection holds
 # (a reader's open transaction, another writer) before it gives up.
 BUSY_TIMEOUT_S = 60.0
 BUSY_POLL_S = 2.0
 APPLICATION_ID = int.from_bytes(b"TRFL", "big")  # marks a SQLite file as a term-fl store
 SPLITS = ("val", "test")
-RUN_STATUSES = ("running", "finished", "failed", "interrupted")
-FINAL_STATUSES = RUN_STATUSES[1:]
+STORED_STATUSES = ("running", "finished", "failed", "interrupted")
+RUN_STATUSES = (*STORED_STATUSES, "lost")  # "lost": running, with a stale heartbeat (derived when read)
+FINAL_STATUSES = STORED_STATUSES[1:]
 ROUND_STATUSES = ("ok", "failed")
 STAT_COLUMNS = ("mean", "pooled_mean", "worst_10", "best_10", "std")
 TRAIN_COLUMNS = ("sampled", "included", "train_loss", "train_loss_after", "tilted_weight", "num_examples")
@@ -136,14 +157,15 @@ _SCHEMA = (
         config_hash TEXT NOT NULL,
         config_json TEXT NOT NULL,
         data_json TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN {RUN_STATUSES}),
+        status TEXT NOT NULL CHECK (status IN {STORED_STATUSES}),
         error TEXT,
         rounds_planned INTEGER NOT NULL,
         rounds_completed INTEGER NOT NULL DEFAULT 0,
         started_at REAL NOT NULL,
         finished_at REAL,
         run_dir TEXT,
-        summary_json TEXT
+        summary_json TEXT,
+        heartbeat_at REAL
     )""",
     "CREATE INDEX runs_by_scenario ON runs (scenario, started_at)",
     "CREATE INDEX runs_by_config_hash ON runs (config_hash, started_at)",
@@ -201,7 +223,7 @@ _SCHEMA = (
 _RUN_COLUMNS = (
     "run_id, name, scenario, engine, strategy, strategy_params_json, seed, config_hash, config_json, "
     "data_json, status, error, rounds_planned, rounds_completed, started_at, finished_at, run_dir, "
-    "summary_json"
+    "summary_json, {heartbeat}"
 )
 
 
@@ -285,6 +307,8 @@ class RunInfo:
     finished_at: float | None
     run_dir: str | None
     summary: dict[str, Any] | None
+    heartbeat_at: float | None = None
+    """The writer's last sign of life (None for runs of schema version 1)."""
     damaged: tuple[str, ...] = ()
     """JSON columns of the row that could not be decoded (their values read as empty); () for a sound row."""
 
@@ -314,6 +338,7 @@ class ResultsStore:
     def __init__(self, path: str | os.PathLike[str], *, _readonly: bool = False) -> None:
         self.path = Path(path)
         self.readonly = _readonly
+        self.version = SCHEMA_VERSION  # the version read from the file, once opened
         self._lock = threading.RLock()
         if self.path.is_dir():
             raise StoreError(f"{self.path} is a directory; give the path of a results database file")
@@ -425,12 +450,14 @@ class ResultsStore:
                 f"{self.path} is a SQLite database but not a term-fl results store "
                 f"(application_id {app_id}, expected {APPLICATION_ID})"
             )
-        if version != SCHEMA_VERSION:
+        readable = READABLE_VERSIONS if self.readonly else (SCHEMA_VERSION,)
+        if version not in readable:
             newer = "a newer term-fl: upgrade term-fl to read it" if version > SCHEMA_VERSION else "an older term-fl"
             raise StoreError(
-                f"{self.path} has results schema version {version}, this term-fl reads version "
-                f"{SCHEMA_VERSION}; it was written by {newer}"
+                f"{self.path} has results schema version {version}, this term-fl reads versions "
+                f"{', '.join(map(str, readable))}; it was written by {newer}"
             )
+        self.version = version
 
     def _has_tables(self) -> bool:
         return self._conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is not None
@@ -443,7 +470,21 @@ class ResultsStore:
                 self._conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             else:
+                self._migrate()
                 self._check_schema()
+
+    def _migrate(self) -> None:
+        """Bring an older term-fl store to SCHEMA_VERSION in place (inside the caller's transaction)."""
+        if self._pragma("application_id") != APPLICATION_ID:
+            return  # _check_schema names the problem
+        version = start = self._pragma("user_version")
+        while version < SCHEMA_VERSION and version in MIGRATIONS:
+            for statement in MIGRATIONS[version]:
+                self._conn.execute(statement)
+            version += 1
+            self._conn.execute(f"PRAGMA user_version = {version}")
+        if version != start:
+            log.info("results store %s: schema migrated from version %d to %d", self.path, start, version)
 
     def _transaction(self) -> _Transaction:
         return _Transaction(self._conn, self._lock)
@@ -478,12 +519,13 @@ class ResultsStore:
         """
         self._writable()
         run_id = new_run_id() if run_id is None else run_id
+        now = time.time()
         if not isinstance(run_id, str) or not run_id:
             raise ValueError(f"run_id must be a non-empty string, got {run_id!r}")
         row = (
             run_id, str(name), str(scenario), str(engine), str(strategy), _dumps(strategy_params, "strategy_params"),
             _convert(_as_int, seed, "seed"), str(config_hash), _dumps(config, "config"), _dumps(data, "data"),
-            "running", _convert(_as_int, rounds_planned, "rounds_planned"), time.time(),
+            "running", _convert(_as_int, rounds_planned, "rounds_planned"), now, now,
             None if run_dir is None else os.fspath(run_dir),
         )  # fmt: skip
         with self._transaction():
@@ -491,8 +533,8 @@ class ResultsStore:
                 raise StoreError(f"run {run_id!r} already exists in {self.path}; choose another run_id")
             self._conn.execute(
                 "INSERT INTO runs (run_id, name, scenario, engine, strategy, strategy_params_json, seed, "
-                "config_hash, config_json, data_json, status, rounds_planned, started_at, run_dir) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "config_hash, config_json, data_json, status, rounds_planned, started_at, heartbeat_at, run_dir) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 row,
             )
         return run_id
@@ -571,7 +613,10 @@ class ResultsStore:
                 "WHERE run_id = ?1 AND round = ?2",
                 (run_id, round),
             )
-            self._conn.execute("UPDATE runs SET rounds_completed = rounds_completed + 1 WHERE run_id = ?", (run_id,))
+            self._conn.execute(
+                "UPDATE runs SET rounds_completed = rounds_completed + 1, heartbeat_at = ? WHERE run_id = ?",
+                (time.time(), run_id),
+            )
 
     def _insert_rows(self, table: str, run_id: str, round: int, rows: Iterable[Any], spec: _RowSpec, what: str) -> None:
         """Insert per-device rows: as given when SQLite's type checks accept them, else converted.
@@ -636,27 +681,60 @@ class ResultsStore:
         if not self._query("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
             raise self._not_found(run_id)
 
+    def _columns_sql(self) -> str:
+        return _RUN_COLUMNS.format(heartbeat="heartbeat_at" if self.version >= 2 else "NULL")
+
+    def _last_sign_of_life(self) -> str:
+        return "coalesce(heartbeat_at, started_at)" if self.version >= 2 else "started_at"
+
     def list_runs(
         self, scenario: str | None = None, status: str | None = None, config_hash: str | None = None
     ) -> list[RunInfo]:
-        """Runs matching every given filter, newest first."""
+        """Runs matching every given filter, newest first.
+
+        ``status`` may be ``lost`` (running, heartbeat older than
+        LOST_AFTER_S); ``running`` then means running with a fresh heartbeat.
+        """
         if status is not None and status not in RUN_STATUSES:
             raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
-        filters = {"scenario": scenario, "status": status, "config_hash": config_hash}
-        where = [f"{column} = ?" for column, value in filters.items() if value is not None]
-        sql = f"SELECT {_RUN_COLUMNS} FROM runs"
+        now = time.time()
+        where, params = [], []
+        for column, value in (("scenario", scenario), ("config_hash", config_hash)):
+            if value is not None:
+                where.append(f"{column} = ?")
+                params.append(value)
+        if status in ("running", "lost"):
+            where.append(f"status = 'running' AND {self._last_sign_of_life()} {'<' if status == 'lost' else '>='} ?")
+            params.append(now - LOST_AFTER_S)
+        elif status is not None:
+            where.append("status = ?")
+            params.append(status)
+        sql = f"SELECT {self._columns_sql()} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
         sql += " ORDER BY started_at DESC, run_id DESC"
-        rows = self._query(sql, tuple(v for v in filters.values() if v is not None))
-        return [_run_info(row) for row in rows]
+        rows = self._query(sql, tuple(params))
+        return [_run_info(row, now) for row in rows]
 
     def get_run(self, run_id: str) -> RunInfo:
         """The run with this id (:class:`RunNotFound` if none)."""
-        rows = self._query(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+        rows = self._query(f"SELECT {self._columns_sql()} FROM runs WHERE run_id = ?", (run_id,))
         if not rows:
             raise self._not_found(run_id)
-        return _run_info(rows[0])
+        return _run_info(rows[0], time.time())
+
+    def heartbeat(self, run_id: str) -> bool:
+        """Record a sign of life of a running run (the writer calls it every HEARTBEAT_S seconds).
+
+        Returns False when the run is not running (any more); never raises
+        for that, so a late heartbeat after ``finish_run`` is harmless.
+        """
+        self._writable()
+        with self._transaction():
+            cursor = self._conn.execute(
+                "UPDATE runs SET heartbeat_at = ? WHERE run_id = ? AND status = 'running'", (time.time(), run_id)
+            )
+        return cursor.rowcount == 1
 
     def load_metrics(self, run_id: str, split: str = "test") -> dict[str, np.ndarray]:
         """Per-device evaluation rows of one split, sorted by round and partition_id.
@@ -907,9 +985,11 @@ def _nan_if_none(value: float | None) -> float:
     return math.nan if value is None else value
 
 
-def _run_info(row: tuple[Any, ...]) -> RunInfo:
+def _run_info(row: tuple[Any, ...], now: float) -> RunInfo:
     (run_id, name, scenario, engine, strategy, params, seed, config_hash, config, data, status, error,
-     planned, completed, started, finished, run_dir, summary) = row  # fmt: skip
+     planned, completed, started, finished, run_dir, summary, heartbeat) = row  # fmt: skip
+    if status == "running" and now - (heartbeat if heartbeat is not None else started) > LOST_AFTER_S:
+        status = "lost"
     damaged: list[str] = []
 
     def decode(text: str | None, column: str, empty: Any) -> Any:
@@ -927,7 +1007,8 @@ def _run_info(row: tuple[Any, ...]) -> RunInfo:
         strategy_params=decode(params, "strategy_params_json", {}), seed=seed, config_hash=config_hash,
         config=decode(config, "config_json", {}), data=decode(data, "data_json", {}), status=status, error=error,
         rounds_planned=planned, rounds_completed=completed, started_at=started, finished_at=finished,
-        run_dir=run_dir, summary=decode(summary, "summary_json", None), damaged=tuple(damaged),
+        run_dir=run_dir, summary=decode(summary, "summary_json", None), heartbeat_at=heartbeat,
+        damaged=tuple(damaged),
     )  # fmt: skip
 
 

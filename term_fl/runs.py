@@ -9,9 +9,11 @@ SQLite results store in one transaction as it completes.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,8 @@ from term_fl.federation import FederationResult, Recorder, RoundRecord
 from term_fl.models import TermModel, set_weights
 from term_fl import results
 from term_fl.results import ResultsStore
+
+log = logging.getLogger("term_fl")
 
 SPLIT_KEYS = {"val": "validation", "test": "test"}
 RUN_FILES = ("config.json", "summary.json", "model.pt")
@@ -152,6 +156,34 @@ def data_record(scenario: Scenario, metadata: dict[str, Any]) -> dict[str, Any]:
     return record
 
 
+class Heartbeat:
+    """Records a running run's sign of life in the store every ``every`` seconds, from a daemon thread.
+
+    Readers show a running run whose heartbeat is older than
+    :data:`term_fl.results.LOST_AFTER_S` as ``lost``: a killed process stops
+    beating, whichever machine or container it ran in.
+    """
+
+    def __init__(self, store: ResultsStore, run_id: str, every: float = results.HEARTBEAT_S) -> None:
+        self.store, self.run_id, self.every = store, run_id, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="term-fl-heartbeat", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                if not self.store.heartbeat(self.run_id):
+                    return  # the run is no longer running
+            except Exception as exc:  # a busy or closed store: the next beat tries again  # noqa: BLE001
+                log.debug("heartbeat of run %s not recorded: %s", self.run_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=results.BUSY_TIMEOUT_S)
+
+
 class RunRecorder(Recorder):
     """Writes one run to its directory and to the results store."""
 
@@ -165,6 +197,7 @@ class RunRecorder(Recorder):
         self._start = time.perf_counter()
         self._last: RoundRecord | None = None
         self._completed = 0
+        self._heartbeat: Heartbeat | None = None
 
     def start(self, scenario: Scenario, dataset_metadata: dict[str, Any]) -> None:
         self._scenario = scenario
@@ -187,6 +220,7 @@ class RunRecorder(Recorder):
             rounds_planned=scenario.run.rounds,
             run_dir=str(self.run_dir),
         )
+        self._heartbeat = Heartbeat(self.store, self.run_id)
 
     def record_round(self, record: RoundRecord) -> None:
         self.store.record_round(
@@ -205,6 +239,8 @@ class RunRecorder(Recorder):
 
     def finish(self, status: str, result: FederationResult | None, error: str | None = None) -> None:
         assert self._scenario is not None and self.run_id is not None
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         if result is not None:
             write_atomic(self.run_dir / "model.pt", lambda p: save_model(p, result))
         self.summary = build_summary(

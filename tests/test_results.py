@@ -417,7 +417,7 @@ def test_a_sqlite_file_of_another_schema_is_refused(tmp_path, db):
     ResultsStore(db).close()
     with sqlite3.connect(db) as raw:
         raw.execute("PRAGMA user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99.*reads version 1.*newer term-fl"):
+    with pytest.raises(StoreError, match=r"schema version 99.*reads versions 1, 2.*newer term-fl"):
         ResultsStore.open_readonly(db)
 
 
@@ -425,7 +425,7 @@ def test_store_file_is_in_wal_mode_with_foreign_keys_on(store, db):
     assert store._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
     with sqlite3.connect(db) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (1,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
 
 
 # -- device matrix ---------------------------------------------------------------------------------
