@@ -54,7 +54,7 @@ WORKDIR /app
 # 2. The project's runtime dependencies, read from pyproject.toml (a cached
 #    layer while pyproject.toml does not change).
 COPY pyproject.toml ./
-RUN python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
+RUN python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["sim"] + x["dashboard"]))' \
         > /tmp/requirements.txt \
  && pip install -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt

@@ -11,6 +11,7 @@ about time: the exit status is 0 unless a benchmark raised.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import tempfile
 import time
@@ -22,6 +23,7 @@ from rich.console import Console
 from .common import BenchResult, Options, Row, quiet_environment
 
 BENCHMARKS = ("inprocess_vs_reference", "vehicle_table", "term_vs_flower_fedavg", "scale", "store")
+NEEDS_RAY = ("vehicle_table", "term_vs_flower_fedavg", "scale")  # Flower's Simulation Engine
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 
 
@@ -78,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.names:
             console.print(f"[bold]running {name}[/] ({args.size}, {args.device}) ...")
             start = time.perf_counter()
+            if name in NEEDS_RAY and importlib.util.find_spec("ray") is None:
+                console.print(f"  {name} skipped: it runs Flower's Simulation Engine, which needs Ray "
+                              "(pip install 'term-fl[sim]')")
+                continue
             try:
                 result = _module(name).run(opts)
             except Exception as exc:  # one failing benchmark must not hide the others

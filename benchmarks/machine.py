@@ -36,10 +36,15 @@ def _mem_total() -> int | None:
 
 
 def machine_info() -> dict[str, Any]:
+    import importlib.util
+    from importlib.metadata import version
+
     import flwr
     import numpy
-    import ray
     import torch
+
+    # The benchmarks that need no Ray run without it.
+    ray_version = version("ray") if importlib.util.find_spec("ray") else None
 
     cuda = torch.cuda.is_available()
     status = _git("status", "--porcelain", "--untracked-files=no")
@@ -53,7 +58,7 @@ def machine_info() -> dict[str, Any]:
         "cpu_model": _cpu_model(),
         "load_average": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
         "memory_total_bytes": _mem_total(),
-        "versions": {"torch": torch.__version__, "flwr": flwr.__version__, "ray": ray.__version__,
+        "versions": {"torch": torch.__version__, "flwr": flwr.__version__, "ray": ray_version,
                      "numpy": numpy.__version__},
         "cuda_available": cuda,
         "cuda_device": torch.cuda.get_device_name(0) if cuda else None,

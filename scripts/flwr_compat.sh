@@ -33,12 +33,13 @@ step() {  # step NAME COMMAND...: run, log, print PASS/FAIL with the time taken
   fi
 }
 
-other_requirements() {  # term-fl's dependencies, less flwr
+other_requirements() {  # term-fl's dependencies and those of its extras, less flwr
   python3 - <<'EOF'
 import tomllib
 deps = tomllib.load(open("pyproject.toml", "rb"))["project"]
-reqs = deps["dependencies"] + deps["optional-dependencies"]["test"]
-print("\n".join(r for r in reqs if not r.replace("[", " ").split()[0].startswith("flwr")))
+extras = deps["optional-dependencies"]
+reqs = deps["dependencies"] + extras["sim"] + extras["dashboard"] + extras["test"]
+print("\n".join(r for r in reqs if not r.replace("[", " ").split()[0].startswith(("flwr", "term-fl"))))
 EOF
 }
 

@@ -4,4 +4,4 @@ Li, Beirami, Sanjabi, Smith, "On Tilted Losses in Machine Learning:
 Theory and Applications", JMLR 2023.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from term_fl.config import ConfigError, load_scenario, parse_overrides
 from term_fl.data.errors import DataError
+from term_fl.extras import MissingExtraError, require
 from term_fl.results import StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
@@ -195,6 +196,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": cmd_dashboard, "report": cmd_report}
+# What a command needs beyond `pip install term-fl` (the Flower engine checks for Ray itself).
+EXTRAS_NEEDED = {
+    "run": ("sim", ("torch",)),
+    "sweep": ("sim", ("torch",)),
+    "dashboard": ("dashboard", ("plotly", "jinja2")),
+    "report": ("dashboard", ("plotly", "jinja2")),
+}
 
 
 # Errors that mean "the input cannot be used as given" (a scenario value, a
@@ -202,7 +210,7 @@ COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": c
 # status 2, no traceback unless --debug / -v. Anything else is a bug and keeps
 # its traceback.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, StoreError, LookupError, OSError,
-                                                 sqlite3.Error)
+                                                 sqlite3.Error, MissingExtraError)
 USAGE_EXIT = 2
 
 
@@ -220,6 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_logs(getattr(args, "verbose", False))
     try:
+        if args.command in EXTRAS_NEEDED:
+            extra, modules = EXTRAS_NEEDED[args.command]
+            require(extra, *modules, purpose=f"term-fl {args.command}")
         return COMMANDS[args.command](args)
     except USAGE_ERRORS as exc:
         if args.debug or getattr(args, "verbose", False):

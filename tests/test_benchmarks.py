@@ -80,3 +80,19 @@ def test_small_benchmarks_report_every_number_and_leave_no_ray(tmp_path):
     assert _is_number(machine["cpu_count"]) and machine["versions"]["torch"] and machine["versions"]["flwr"]
     assert data["table_markdown"].startswith("| benchmark |")
     assert not ray.is_initialized()
+
+
+def test_the_benchmarks_that_need_no_ray_run_without_it(tmp_path):
+    """`python -m benchmarks` where Ray is not installed: the store benchmark runs, the Ray ones are skipped."""
+    import subprocess
+
+    out = tmp_path / "r.json"
+    code = ("import sys; sys.modules['ray'] = None\n"
+            "from benchmarks.__main__ import main\n"
+            f"sys.exit(main(['--only', 'store,vehicle_table', '--out', {str(out)!r}]))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "vehicle_table skipped" in result.stdout and "needs Ray" in result.stdout
+    data = json.loads(out.read_text())
+    assert list(data["benchmarks"]) == ["store"]
+    assert data["machine"]["versions"]["ray"] is None

@@ -31,9 +31,12 @@ from term_fl.client_app import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.dispatch import linear_dispatcher
 from term_fl.engines.watchdog import orphan_guard
+from term_fl.extras import require
 from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
 
 log = logging.getLogger("term_fl")
+
+RAY_PURPOSE = "Flower's Simulation Engine (run.engine = 'flower'; --engine inprocess needs no Ray)"
 
 QUIET_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",
@@ -105,6 +108,7 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     gets its actors terminated instead. Ray and the last actors are shut down
     once, at the end. Nested sessions are no-ops.
     """
+    require("sim", "ray", purpose=RAY_PURPOSE)
     import ray
     from flwr.server.superlink.fleet.vce.backend import raybackend
 
@@ -270,6 +274,7 @@ def run_flower_simulation(
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
     """Run a scenario in Flower's Simulation Engine and return the server loop's result."""
+    require("sim", "ray", purpose=RAY_PURPOSE)
     import ray
     from flwr.simulation import run_simulation
 
