@@ -96,12 +96,33 @@ class StrategyConfig(_Table):
     """Which server strategy aggregates the client updates."""
 
     name: Literal["fedavg", "qffl", "term"] = "term"
-    t: float = Field(1.0, ge=-1000.0, le=1000.0, description="TERM device-level tilt (t>0 fairness, t<0 robustness)")
+    t: float = Field(
+        1.0, ge=-1000.0, le=1000.0,
+        description="TERM device-level tilt (t>0 fairness, t<0 robustness); with t>0 a client that reports a huge "
+                    "loss takes all the weight: see clip_loss",
+    )
     q: float = Field(1.0, ge=0.0, le=100.0, description="q-FFL fairness parameter (0 = uniform average)")
     lam: float = Field(1.0, gt=0.0, le=1.0, description="TERM running-estimate mixing (1 = no memory)")
     base_weighting: Literal["num_examples", "uniform"] = "num_examples"
     loss_reduction: Literal["mean", "sum"] = "mean"
     server_lr: float = Field(1.0, gt=0.0, le=100.0, description="TERM server learning rate eta_s")
+    clip_loss: float = Field(
+        0.0, ge=0.0, le=1e6,
+        description="defence, off at 0: a reported loss above clip_loss x the round's median is lowered to it "
+                    "(with t > 0 a client reporting a huge loss would take all the weight)",
+    )
+    max_update_norm: float = Field(
+        0.0, ge=0.0, le=1e6,
+        description="defence, off at 0: an update longer than max_update_norm x the round's median update norm "
+                    "is scaled down to it (a client sending huge weights would be averaged in)",
+    )
+
+    @field_validator("clip_loss", "max_update_norm")
+    @classmethod
+    def _off_or_ratio(cls, value: float) -> float:
+        if value != 0 and value < 1:
+            raise ValueError("must be 0 (off) or a ratio >= 1 to the round's median")
+        return value
 
 
 class ClientConfig(_Table):
@@ -224,6 +245,9 @@ class Scenario(_Table):
         elif s.name == "qffl":
             params.update(q=s.q, client_lr=self.client.lr)
         params["tau"] = self.client.tau
+        for defence in ("clip_loss", "max_update_norm"):  # only when on: earlier hashes and labels stay as they were
+            if getattr(s, defence):
+                params[defence] = getattr(s, defence)
         return params
 
     def to_json(self) -> str:

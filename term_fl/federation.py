@@ -91,6 +91,8 @@ def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
         seed=r.seed,
         evaluate_fraction=r.evaluate_fraction,
         min_available_nodes=num_devices,
+        clip_loss=s.clip_loss,
+        max_update_norm=s.max_update_norm,
     )
     if s.name == "term":
         return build_strategy(

@@ -40,6 +40,7 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.array_codec import from_array, from_array_record
+from term_fl.robust import bounded_model, clip_losses, update_norm, update_scales
 from term_fl.seeding import EVAL_SAMPLING, TRAIN_SAMPLING
 from term_fl.array_codec import to_array_record as codec_array_record
 
@@ -457,6 +458,15 @@ class FedAvg(FlowerFedAvg):
         replies; None: Flower's num-examples weighted average.
     evaluate_metrics_aggr_fn : callable, optional (default: None)
         Same for evaluation replies.
+    clip_loss : float (default: 0.0, off)
+        Defence against a client that lies about its loss: a reported loss
+        above ``clip_loss`` x the round's median is lowered to it before the
+        weights are computed (:func:`term_fl.robust.clip_losses`); 0 or >= 1.
+    max_update_norm : float (default: 0.0, off)
+        Defence against a client that sends huge weights: an update
+        w_k - w longer than ``max_update_norm`` x the round's median update
+        norm is scaled down to it (:func:`term_fl.robust.update_scales`);
+        0 or >= 1.
     """
 
     # pylint: disable=too-many-arguments,too-many-instance-attributes
@@ -478,6 +488,8 @@ class FedAvg(FlowerFedAvg):
         configrecord_key: str = "config",
         train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
         evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        clip_loss: float = 0.0,
+        max_update_norm: float = 0.0,
     ) -> None:
         super().__init__(
             fraction_train=fraction_train,
@@ -503,6 +515,11 @@ class FedAvg(FlowerFedAvg):
             raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
         if not 0.0 <= evaluate_fraction <= 1.0:
             raise ValueError(f"evaluate_fraction must be in [0, 1], got {evaluate_fraction!r}.")
+        for name, value in (("clip_loss", clip_loss), ("max_update_norm", max_update_norm)):
+            if not (math.isfinite(value) and (value == 0 or value >= 1)):
+                raise ValueError(f"{name} must be 0 (off) or a ratio >= 1 to the round's median, got {value!r}.")
+        self.clip_loss = float(clip_loss)
+        self.max_update_norm = float(max_update_norm)
         self.clients_per_round = clients_per_round
         self.seed = seed
         self.evaluate_fraction = float(evaluate_fraction)
@@ -683,12 +700,12 @@ class FedAvg(FlowerFedAvg):
                                      self.current_running_estimate(), excluded))
             return None, None
 
-        losses = metric_values(valid, self.loss_key)
+        losses = self.defended_losses(valid, metric_values(valid, self.loss_key))
         num_examples = metric_values(valid, self.weighted_by_key)
         aggregation = self.compute_aggregation(server_round, valid, losses, num_examples)
         global_model = self.global_model() if aggregation.global_coefficient != 0.0 else None
         combined = combine_models(
-            iter_local_models(valid),
+            self.local_models(valid),
             aggregation.coefficients,
             global_model,
             aggregation.global_coefficient,
@@ -712,6 +729,33 @@ class FedAvg(FlowerFedAvg):
             )
         )
         return arrays, metrics
+
+    # --- opt-in defences against hostile clients (term_fl.robust) -----------
+
+    def defended_losses(self, replies: Sequence[Message], losses: NDArray[np.float64]) -> NDArray[np.float64]:
+        """The reported losses, those above ``clip_loss`` x the round's median lowered to it."""
+        clipped_losses, clipped = clip_losses(losses, self.clip_loss)
+        for msg, loss, cut in zip(replies, losses, clipped, strict=True):
+            if cut:
+                log(WARNING, "node %d (partition %s) reported loss %.6g, clipped to %.6g (clip_loss = %g x median)",
+                    msg.metadata.src_node_id, partition_id_of(msg, self.partition_key), loss,
+                    float(np.max(clipped_losses)), self.clip_loss)
+        return clipped_losses
+
+    def local_models(self, replies: Sequence[Message]) -> Iterator[dict[str, NDArray]]:
+        """The replies' models; with ``max_update_norm``, each update bounded to that many median norms."""
+        if self.max_update_norm <= 0:
+            yield from iter_local_models(replies)
+            return
+        global_model = self.global_model()
+        norms = np.array([update_norm(local, global_model) for local in iter_local_models(replies)])
+        scales = update_scales(norms, self.max_update_norm)
+        for msg, local, norm, scale in zip(replies, iter_local_models(replies), norms, scales, strict=True):
+            if scale < 1.0:
+                log(WARNING, "node %d (partition %s): update norm %.6g scaled down to %.6g (max_update_norm = %g x "
+                    "median)", msg.metadata.src_node_id, partition_id_of(msg, self.partition_key), norm,
+                    norm * scale, self.max_update_norm)
+            yield bounded_model(local, global_model, float(scale))
 
     def current_running_estimate(self) -> float | None:
         """Running estimate reported in rounds without valid replies (None here)."""

@@ -18,7 +18,7 @@ without ``gc.collect``.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
 from typing import Any
 
@@ -27,7 +27,7 @@ from flwr.app import Message
 from flwr.supercore import log
 from numpy.typing import NDArray
 
-from .base import Aggregation, FedAvg, iter_local_models
+from .base import Aggregation, FedAvg
 
 __all__ = ["QFFL", "qffl_coefficients", "squared_distances"]
 
@@ -60,15 +60,15 @@ def qffl_coefficients(
 
 
 def squared_distances(
-    global_model: Mapping[str, NDArray], replies: Sequence[Message]
+    global_model: Mapping[str, NDArray], local_models: Iterable[Mapping[str, NDArray]]
 ) -> NDArray[np.float64]:
-    """||w - w_k||^2 for each reply's model, decoded one at a time."""
+    """||w - w_k||^2 for each local model (decoded one at a time when given an iterator)."""
     w = {k: np.asarray(v, dtype=np.float64) for k, v in global_model.items()}
     return np.array(
         [
             sum(float(np.sum(np.square(w[k] - np.asarray(v, dtype=np.float64))))
                 for k, v in local.items())
-            for local in iter_local_models(replies)
+            for local in local_models
         ],
         dtype=np.float64,
     )
@@ -119,7 +119,7 @@ class QFFL(FedAvg):
         num_examples: NDArray[np.float64],
     ) -> Aggregation:
         """c_k = L F_k^q / sum_j h_j and the global term 1 - sum_k c_k."""
-        distances = squared_distances(self.global_model(), replies)
+        distances = squared_distances(self.global_model(), self.local_models(replies))
         coefficients = qffl_coefficients(losses, distances, self.q, 1.0 / self.client_learning_rate)
         return Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients)))
 

@@ -48,7 +48,11 @@ class TermFedAvg(FedAvg):
     t : float (default: 0.0)
         Tilt across devices. t > 0 favours the devices with the highest loss
         (fairness: uniform performance); t < 0 suppresses them (robustness to
-        corrupted devices); t = 0 is the plain weighted average.
+        corrupted devices); t = 0 is the plain weighted average. With t > 0
+        the weights trust the clients' reported losses: one client that
+        reports a huge F_k takes all the weight (``clip_loss`` of
+        :class:`term_fl.strategies.FedAvg` bounds that; see
+        :mod:`term_fl.robust`).
     lam : float (default: 1.0)
         Mixing rate lambda in (0, 1] of the running estimate Rt of the tilted
         objective across rounds. 1.0: no memory, the weights sum to 1. The

@@ -1,0 +1,115 @@
+"""Hostile clients: a lying loss or huge weights, without and with the opt-in defences (term_fl.robust)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import small_scenario
+from term_fl.array_codec import from_array_record, to_array_record
+from term_fl.client_app import app as client_app
+from term_fl.engines.inprocess import InProcessGrid
+from term_fl.federation import Recorder, run_federation
+from term_fl.robust import bounded_model, clip_losses, update_norm, update_scales
+
+HOSTILE = 0  # the partition that lies
+
+
+class HostileGrid(InProcessGrid):
+    """Partition 0 trains honestly, then reports ``loss`` instead of its loss, or its weights x ``scale``."""
+
+    def __init__(self, *args, loss=None, scale=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.loss, self.scale = loss, scale
+
+    def _deliver(self, msg):
+        reply = super()._deliver(msg)
+        context = self._contexts[msg.metadata.dst_node_id]
+        if msg.metadata.message_type == "train" and context.node_config["partition-id"] == HOSTILE:
+            if self.loss is not None:
+                reply.content["metrics"]["train_loss"] = self.loss
+            if self.scale is not None:
+                arrays = from_array_record(reply.content["arrays"])
+                with np.errstate(over="ignore"):  # weights of the wrecked global model x 1e30 overflow to inf
+                    scaled = {k: v * np.float32(self.scale) for k, v in arrays.items()}
+                reply.content["arrays"] = to_array_record(scaled)
+        return reply
+
+
+class Rounds(Recorder):
+    def __init__(self):
+        self.rounds = []
+
+    def record_round(self, record):
+        self.rounds.append(record)
+
+
+def run(*overrides, **hostile):
+    scenario = small_scenario("run.engine=inprocess", "run.clients_per_round=6", "run.rounds=4",
+                              "strategy.name=term", "strategy.t=1", *overrides)
+    rec = Rounds()
+    run_federation(HostileGrid(client_app, 6, **hostile), scenario, rec)
+    return rec.rounds
+
+
+def weight_of_hostile(rounds):
+    return [r.tilted_weights[HOSTILE] for r in rounds]
+
+
+def test_a_lying_loss_takes_all_the_tilted_weight_unless_losses_are_clipped():
+    lying = weight_of_hostile(run(loss=1e300))
+    assert min(lying) > 0.999  # the risk documented next to t > 0
+    clipped_rounds = run("strategy.clip_loss=1.5", loss=1e300)
+    for record in clipped_rounds:
+        # independently: p_k proportional to n_k exp(t F_k) with F_hostile = 1.5 x the median reported loss
+        losses = {row["partition_id"]: row["train_loss"] for row in record.train_rows}
+        sizes = {row["partition_id"]: row["num_examples"] for row in record.train_rows}
+        assert losses[HOSTILE] == 1e300  # the store keeps what the client reported
+        median = float(np.median(list(losses.values())))
+        used = {k: min(v, 1.5 * median) for k, v in losses.items()}
+        logits = {k: np.log(sizes[k]) + used[k] for k in used}
+        top = max(logits.values())
+        total = sum(np.exp(v - top) for v in logits.values())
+        assert record.tilted_weights[HOSTILE] == pytest.approx(np.exp(logits[HOSTILE] - top) / total, rel=1e-9)
+        assert record.tilted_weights[HOSTILE] < 0.9
+
+
+def test_huge_weights_wreck_the_model_unless_updates_are_bounded():
+    honest = run()[-1].stats["test"]["pooled_mean"]
+    wrecked = run(scale=1e30)[-1].stats["test"]["pooled_mean"]
+    defended = run("strategy.max_update_norm=3", scale=1e30)[-1].stats["test"]["pooled_mean"]
+    assert wrecked < honest - 0.1
+    assert defended > honest - 0.05
+
+
+def test_defences_change_nothing_among_honest_clients_when_off_and_little_when_loose():
+    plain = run()
+    loose = run("strategy.clip_loss=1000", "strategy.max_update_norm=1000")
+    for a, b in zip(plain, loose, strict=True):
+        assert a.tilted_weights == b.tilted_weights
+        assert a.stats["test"]["pooled_mean"] == b.stats["test"]["pooled_mean"]
+
+
+def test_clip_losses_and_update_scales_are_relative_to_the_median():
+    clipped, mask = clip_losses(np.array([1.0, 2.0, 3.0, 100.0]), 2.0)
+    assert clipped.tolist() == [1.0, 2.0, 3.0, 5.0] and mask.tolist() == [False, False, False, True]
+    assert clip_losses(np.array([1.0, 1e300]), 0.0)[0].tolist() == [1.0, 1e300]  # 0 = off
+    assert update_scales(np.array([1.0, 1.0, 2.0, 30.0]), 3.0).tolist() == [1.0, 1.0, 1.0, pytest.approx(0.15)]
+    assert update_scales(np.array([0.0, 0.0, 0.0]), 3.0).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_a_bounded_update_keeps_its_direction_and_gets_the_bounded_length():
+    w = {"a": np.zeros(3, dtype=np.float32)}
+    local = {"a": np.array([3.0, 4.0, 0.0], dtype=np.float32)}
+    assert update_norm(local, w) == 5.0
+    bounded = bounded_model(local, w, 0.2)
+    assert bounded["a"].tolist() == [pytest.approx(0.6), pytest.approx(0.8), 0.0] and bounded["a"].dtype == np.float32
+
+
+@pytest.mark.parametrize("override", ["strategy.clip_loss=0.5", "strategy.max_update_norm=0.99",
+                                      "strategy.clip_loss=-1"])
+def test_a_defence_ratio_below_1_is_refused(override):
+    from term_fl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="strategy.(clip_loss|max_update_norm)"):
+        small_scenario(override)
