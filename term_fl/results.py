@@ -661,6 +661,13 @@ class ResultsStore:
                 (status, time.time(), summary_json, error, run_id),
             )
 
+    def move_run_dir(self, old: str | os.PathLike[str], new: str | os.PathLike[str]) -> int:
+        """Point the runs whose ``run_dir`` is ``old`` to ``new`` (their files were moved there); how many."""
+        self._writable()
+        with self._transaction():
+            cursor = self._conn.execute("UPDATE runs SET run_dir = ? WHERE run_dir = ?", (os.fspath(new), os.fspath(old)))
+        return cursor.rowcount
+
     def _require_status(self, run_id: str, expected: str, action: str) -> None:
         row = self._conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
         if row is None:

@@ -74,8 +74,12 @@ def finished_summary(cell_dir: Path, scenario: Scenario, store: ResultsStore | N
     return None
 
 
-def set_aside_earlier_attempt(cell_dir: Path) -> Path | None:
-    """Move an unfinished earlier attempt's files out of the way, into ``cell_dir/earlier/<run id>/``."""
+def set_aside_earlier_attempt(cell_dir: Path, store: ResultsStore | None = None) -> Path | None:
+    """Move an unfinished earlier attempt's files out of the way, into ``cell_dir/earlier/<run id>/``.
+
+    Its row in ``store`` is pointed to the new place, so no row points at
+    files of another run.
+    """
     present = [name for name in RUN_FILES if (cell_dir / name).exists()]
     if not present:
         return None
@@ -91,6 +95,8 @@ def set_aside_earlier_attempt(cell_dir: Path) -> Path | None:
     dest.mkdir(parents=True)
     for name in present:
         os.replace(cell_dir / name, dest / name)
+    if store is not None:
+        store.move_run_dir(cell_dir, dest)
     return dest
 
 
@@ -124,7 +130,7 @@ def run_sweep(
                 console.print(f"{label}: already finished, skipped")
                 summaries.append(done)
                 continue
-            earlier = set_aside_earlier_attempt(cell_dir)
+            earlier = set_aside_earlier_attempt(cell_dir, store)
             if earlier is not None:
                 console.print(f"{label}: an unfinished earlier attempt was moved to {earlier}")
             try:

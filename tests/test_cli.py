@@ -98,6 +98,7 @@ def test_sweep_resumes_without_redoing_finished_cells(tmp_path, capsys):
     # the earlier attempt's files were moved aside, not overwritten
     moved = unfinished / "earlier" / earlier["run_id"]
     assert json.loads((moved / "summary.json").read_text())["status"] == "interrupted"
+    assert ResultsStore.open_readonly(db).get_run(earlier["run_id"]).run_dir == str(moved)  # the row follows
     assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 7
 
 
