@@ -48,14 +48,15 @@ def check_output_dir(run_dir: Path) -> None:
         raise OutputInUse(f"--out {run_dir}: is a file, not a directory; give a directory for the run's files")
     present = [name for name in RUN_FILES if (run_dir / name).exists()]
     if present:
-        owner = _run_id_in(run_dir)
+        owner = run_id_in(run_dir)
         raise OutputInUse(
             f"--out {run_dir}: already holds the files of {'run ' + repr(owner) if owner else 'another run'} "
             f"({', '.join(present)}); give a new directory (or none: ./runs/<run id>), or remove that run's files"
         )
 
 
-def _run_id_in(run_dir: Path) -> str | None:
+def run_id_in(run_dir: Path) -> str | None:
+    """The run id in a run directory's summary.json, if it has a readable one."""
     try:
         return json.loads((run_dir / "summary.json").read_text()).get("run_id")
     except (OSError, ValueError, AttributeError):

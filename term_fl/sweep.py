@@ -29,7 +29,7 @@ from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
 from term_fl.console import RoundPrinter, make_console
 from term_fl.results import ResultsStore
 from term_fl.runner import DEFAULT_RUNS_DIR, run_one
-from term_fl.runs import RUN_FILES, write_summary
+from term_fl.runs import RUN_FILES, run_id_in, write_summary
 
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 
@@ -83,10 +83,7 @@ def set_aside_earlier_attempt(cell_dir: Path, store: ResultsStore | None = None)
     present = [name for name in RUN_FILES if (cell_dir / name).exists()]
     if not present:
         return None
-    try:
-        owner = str(json.loads((cell_dir / "summary.json").read_text()).get("run_id") or "")
-    except (OSError, ValueError, AttributeError):
-        owner = ""
+    owner = str(run_id_in(cell_dir) or "")
     base = cell_dir / "earlier" / (re.sub(r"[^A-Za-z0-9._=+-]", "-", owner) or "unknown")
     dest, n = base, 1
     while dest.exists():
