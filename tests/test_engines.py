@@ -89,10 +89,15 @@ def test_a_failed_simulation_leaves_the_session_able_to_run_the_next_one(tmp_pat
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA, so that client.device=cuda fails in the clients")
+    from term_fl.engines.flower import run_flower_simulation
+    from term_fl.runs import RunRecorder
+
     store = ResultsStore(tmp_path / "results.db")
     failing = small_scenario("run.engine=flower", "client.device=cuda", "run.max_failed_rounds=1")
+    # run_one refuses client.device=cuda up front on this machine (engines.check_machine); the engine
+    # itself, driven directly, must still survive a simulation whose clients all fail
     with pytest.raises(FederationError, match="consecutive rounds without a valid training reply"):
-        run_one(failing, store, out_dir=tmp_path / "failing")
+        run_flower_simulation(failing, 6, RunRecorder(store, tmp_path / "failing"))
     ok = run_one(small_scenario("run.engine=flower"), store, out_dir=tmp_path / "ok")
     assert store.get_run(ok.run_id).status == "finished"
     assert len(store.load_metrics(ok.run_id, "test")["round"]) == 3 * 6
