@@ -61,8 +61,12 @@ class TermModel(nn.Module):
         return F.cross_entropy(scores, y, reduction="none")
 
     def predict(self, scores: Tensor) -> Tensor:
-        """Predicted class index of each sample: ``Tensor[n]`` int64."""
-        return scores.argmax(dim=1)
+        """Predicted class index of each sample: ``Tensor[n]`` int64, the first of tied maxima.
+
+        ``max(dim=1).indices`` is ``argmax(dim=1)`` (both return the first
+        maximal index) and several times faster on the CPU.
+        """
+        return scores.max(dim=1).indices
 
     def penalty(self) -> Tensor:
         """``(l2 / 2) * sum ||W||^2`` over the weight matrices (a 0-dim tensor; 0 if ``l2 == 0``)."""

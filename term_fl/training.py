@@ -61,6 +61,15 @@ def resolve_device(spec: str) -> torch.device:
     return torch.device("cuda", index)
 
 
+def negligible_tilt(tau: float, dtype: torch.dtype) -> bool:
+    """Whether ``tau`` is too small to tilt losses of ``dtype``: ``|tau| < sqrt(smallest normal)``.
+
+    Below it ``tau l`` could underflow and the tilt (about ``tau var(l) / 2``)
+    is far below rounding, so :func:`tilted_mean` returns the plain mean.
+    """
+    return abs(tau) < math.sqrt(torch.finfo(dtype).tiny)
+
+
 def tilted_mean(losses: Tensor, tau: float) -> Tensor:
     """Sample-level tilted loss ``(1/tau) log mean_i exp(tau l_i)``, differentiable.
 
@@ -82,7 +91,7 @@ def tilted_mean(losses: Tensor, tau: float) -> Tensor:
     if losses.ndim != 1 or losses.numel() == 0:
         raise ValueError(f"tilted_mean needs a non-empty 1-D tensor of losses, got shape {tuple(losses.shape)}.")
     tau = float(tau)
-    if abs(tau) < math.sqrt(torch.finfo(losses.dtype).tiny):
+    if negligible_tilt(tau, losses.dtype):
         return losses.mean()
     shift = (losses.max() if tau > 0 else losses.min()).detach()
     return shift + torch.log1p(torch.expm1(tau * (losses - shift)).mean()) / tau
@@ -192,21 +201,35 @@ def evaluate_segments(
     model is evaluated in eval mode and left in the mode it had. Losses are
     accumulated in float64.
     """
-    bounds = [0, *ends]
-    if any(not start < end <= x.shape[0] for start, end in zip(bounds, bounds[1:])):
-        raise ValueError(f"segment ends must increase from 1 to {x.shape[0]}, got {list(ends)}.")
+    check_segment_ends(ends, x.shape[0])
     scores, losses = _scores_and_losses(model, x, y, batch_size)
     with torch.no_grad():
-        hit = (model.predict(scores) == y).cpu().numpy()
+        hit = model.predict(scores) == y
+    return segment_results(losses, hit, ends, tau)
+
+
+def check_segment_ends(ends: Sequence[int], n: int) -> None:
+    """Raise ``ValueError`` unless ``ends`` increase from >= 1 to at most ``n`` (segments are non-empty)."""
+    bounds = [0, *ends]
+    if any(not start < end <= n for start, end in zip(bounds, bounds[1:])):
+        raise ValueError(f"segment ends must increase from 1 to {n}, got {list(ends)}.")
+
+
+def segment_results(losses: Tensor, hit: Tensor, ends: Sequence[int], tau: float = 0.0) -> list[EvalResult]:
+    """:class:`EvalResult` of each segment from per-sample data losses and hits (prediction == label).
+
+    Losses are accumulated in float64; segment i is ``[ends[i-1], ends[i])``.
+    """
+    hit_np = hit.cpu().numpy()
     loss = losses.double().cpu()
     loss_np = loss.numpy()
     results = []
-    for start, end in zip(bounds, bounds[1:]):
+    for start, end in zip([0, *ends], ends):
         segment = loss_np[start:end]
         loss_sum = float(segment.sum())
         loss_mean = loss_sum / segment.size
         tilted = loss_mean if tau == 0.0 else float(tilted_mean(loss[start:end], tau))
-        correct = int(np.count_nonzero(hit[start:end]))
+        correct = int(np.count_nonzero(hit_np[start:end]))
         results.append(
             EvalResult(
                 loss_mean=loss_mean,
@@ -335,6 +358,23 @@ def train(
     )
 
 
+def check_train_args(
+    lr: float, epochs: int, batch_size: int, weight_decay: float, tau: float
+) -> tuple[float, int, int, float, float]:
+    """Validate the training hyperparameters (errors name the argument); return them as float / int."""
+    lr = _check_finite("lr", lr)
+    if lr <= 0.0:
+        raise ValueError(f"lr must be > 0, got {lr}.")
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}.")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+    weight_decay = _check_finite("weight_decay", weight_decay)
+    if weight_decay < 0.0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
+    return lr, int(epochs), int(batch_size), weight_decay, _check_finite("tau", tau)
+
+
 def train_tensors(
     model: TermModel,
     x: Tensor,
@@ -353,17 +393,7 @@ def train_tensors(
     the data are not checked again. The model is left in the train/eval mode
     it had.
     """
-    lr = _check_finite("lr", lr)
-    if lr <= 0.0:
-        raise ValueError(f"lr must be > 0, got {lr}.")
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}.")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    weight_decay = _check_finite("weight_decay", weight_decay)
-    if weight_decay < 0.0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
-    tau = _check_finite("tau", tau)
+    lr, epochs, batch_size, weight_decay, tau = check_train_args(lr, epochs, batch_size, weight_decay, tau)
 
     n = x.shape[0]
     before = evaluate_segments(model, x, y, [n], tau)[0]

@@ -78,6 +78,15 @@ def test_cross_entropy_equals_numpy_log_softmax(name):
     np.testing.assert_array_equal(model.predict(scores).numpy(), s.argmax(axis=1))
 
 
+def test_softmax_models_predict_the_first_of_tied_maxima_like_argmax():
+    """Zero scores (a model at its zero start) tie every class: class 0 is predicted, as numpy's argmax does."""
+    model = build_model("logreg", 6, 4)
+    scores = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 3.0, 3.0, 2.0], [-1.0, -2.0, -1.0, -5.0]])
+    assert model.predict(scores).tolist() == np.argmax(scores.numpy(), axis=1).tolist() == [0, 1, 0]
+    cube = torch.zeros(2, 4, 3).index_fill_(1, torch.tensor([2]), 1.0)  # (devices, classes, rows)
+    assert model.predict(cube).tolist() == [[2, 2, 2], [2, 2, 2]]
+
+
 def test_build_model_types_shapes_and_zero_init_of_linear_models():
     svm, logreg, mlp = build_model("linear_svm", 7, 2), build_model("logreg", 7, 3), build_model("mlp", 7, 3, hidden=5)
     assert isinstance(svm, LinearSVM) and isinstance(logreg, LogisticRegression) and isinstance(mlp, MLP)
