@@ -33,7 +33,7 @@ from .memory import TreeMemoryPoller
 NAME = "scale"
 MEMORY_TARGET = 4 * 2**30
 ROUND_RATIO_TARGET = 1.5
-DISPATCHERS = ("flower", "linear")  # Flower 1.42's dispatcher, and term_fl.engines.dispatch
+DISPATCHERS = ("flower", "linear")  # Flower 1.42's dispatcher, and term_fl.flower_internals
 SIZES = {
     "small": {"clients": [50, 200], "per_round": 10, "evaluated": 10, "rounds": 3,
               "deadline_s": {"flower": [240, 240]},  # small: Flower's dispatcher only (CI time)

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", required=True)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--linear-dispatcher", action="store_true",
-                        help="term-fl's linear dispatcher (term_fl.engines.dispatch); without it Flower's own, "
+                        help="term-fl's linear dispatcher (term_fl.flower_internals); without it Flower's own, "
                              "which polls nodes x messages")
     args = parser.parse_args(argv)
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     from term_fl.engines.flower import backend_config, ray_session
     from term_fl.federation import Recorder, RoundRecord, run_federation
 
-    from term_fl.engines.dispatch import ENV as DISPATCHER_ENV
+    from term_fl.flower_internals import DISPATCHER_ENV
 
     os.environ[DISPATCHER_ENV] = "linear" if args.linear_dispatcher else "flower"
     scenario = scale_scenario(args.num_clients, args.clients_per_round, args.rounds, args.evaluate_fraction, args.device)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from term_fl.results import SPLITS, EvalRow, ResultsStore, TrainRow
+from term_fl.keys import EVAL_SPLITS as SPLITS
+from term_fl.results import EvalRow, ResultsStore, TrainRow
 
 
 def _round_rows(num_devices: int, rng: np.random.Generator) -> tuple[list[TrainRow], list[EvalRow]]:

@@ -21,7 +21,8 @@ from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 
-from term_fl.client_app import SCENARIO_KEY, dataset_for
+from term_fl.client_app import dataset_for
+from term_fl.keys import SCENARIO as SCENARIO_KEY
 from term_fl.client_app import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.flower import backend_config, ray_session

@@ -18,7 +18,7 @@ from flwr.serverapp import Grid, ServerApp
 from term_fl.config import load_scenario
 from term_fl.federation import RoundRecord, run_federation
 from term_fl.results import ResultsStore
-from term_fl.runs import RunRecorder, new_run_id
+from term_fl.runs import RunRecorder, run_id_for
 
 APP_DIR = Path(__file__).resolve().parent.parent
 log = logging.getLogger("flwr")
@@ -49,7 +49,7 @@ def main(grid: Grid, context: Context) -> None:
         scenario_path = str(APP_DIR / scenario_path)
     scenario = load_scenario(scenario_path or None, shlex.split(str(cfg.get("overrides", "") or "")))
     root = results_root(str(cfg.get("results-dir", "") or ""))
-    run_id = new_run_id(scenario)
+    run_id = run_id_for(scenario)
     with ResultsStore(root / "results.db") as store:
         recorder = RunRecorder(store, root / "runs" / run_id, run_id=run_id)
         run_federation(grid, scenario, recorder, on_round=_log_round)

@@ -108,7 +108,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.console import RoundPrinter, fairness_table, make_console
     from term_fl.federation import FederationError
     from term_fl.results import ResultsStore
-    from term_fl.runner import run_one
+    from term_fl.runs import run_one
 
     scenario = load_scenario(args.config, resolve_overrides(args))
     console = make_console()

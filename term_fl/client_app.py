@@ -21,12 +21,24 @@ from flwr.clientapp import ClientApp
 from term_fl.config import Scenario
 from term_fl.data import DeviceData, FederatedDataset, build_dataset
 from term_fl.models import TermModel, build_model, set_weights
+from term_fl.keys import (
+    ARRAYS,
+    CONFIG,
+    EVAL_SPLITS,
+    METRICS,
+    NUM_EXAMPLES,
+    NUM_PARTITIONS,
+    PARTITION_ID,
+    SCENARIO,
+    SERVER_ROUND,
+    TRAIN_LOSS,
+    TRAIN_LOSS_AFTER,
+    TRAIN_LOSS_SUM,
+    eval_key,
+)
 from term_fl.seeding import derive_seed
-from term_fl.array_codec import from_array_record, to_array_record
+from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.training import as_tensors, evaluate_segments, move_model, resolve_device, train_tensors
-
-SCENARIO_KEY = "scenario"
-EVAL_SPLITS = ("val", "test")
 
 app = ClientApp()
 
@@ -82,13 +94,13 @@ def model_for(scenario: Scenario, dataset: FederatedDataset, seed: int | None = 
 
 def _partition(context: Context, dataset: FederatedDataset) -> int:
     try:
-        pid = int(context.node_config["partition-id"])
+        pid = int(context.node_config[PARTITION_ID])
     except KeyError:
         raise ValueError(
             "node_config has no 'partition-id': start the SuperNode with "
             "--node-config \"partition-id=I num-partitions=N\""
         ) from None
-    num = int(context.node_config.get("num-partitions", dataset.num_devices))
+    num = int(context.node_config.get(NUM_PARTITIONS, dataset.num_devices))
     if num != dataset.num_devices or not 0 <= pid < dataset.num_devices:
         raise ValueError(
             f"partition-id={pid} num-partitions={num} does not match the dataset "
@@ -173,19 +185,19 @@ def _setting(scenario_json: str) -> tuple[Scenario, FederatedDataset, TermModel,
 
 def _task(msg: Message, context: Context) -> _Task:
     torch.set_num_threads(1)
-    scenario, dataset, model, device = _setting(str(msg.content["config"][SCENARIO_KEY]))
+    scenario, dataset, model, device = _setting(str(msg.content[CONFIG][SCENARIO]))
     pid = _partition(context, dataset)
     move_model(model, device)
-    _load(model, msg.content["arrays"])
+    _load(model, msg.content[ARRAYS])
     return _Task(scenario, pid, device_tensors(dataset.device(pid), model, device), model)
 
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Tell the server which partition this node holds (node discovery)."""
-    pid = int(context.node_config.get("partition-id", -1))
-    num = int(context.node_config.get("num-partitions", 0))
-    return Message(RecordDict({"metrics": MetricRecord({"partition-id": pid, "num-partitions": num})}), reply_to=msg)
+    pid = int(context.node_config.get(PARTITION_ID, -1))
+    num = int(context.node_config.get(NUM_PARTITIONS, 0))
+    return Message(RecordDict({METRICS: MetricRecord({PARTITION_ID: pid, NUM_PARTITIONS: num})}), reply_to=msg)
 
 
 @app.train()
@@ -193,7 +205,7 @@ def train_handler(msg: Message, context: Context) -> Message:
     """Report F_k (the incoming model's loss on the train split), train locally, reply."""
     task = _task(msg, context)
     scenario, pid, data = task.scenario, task.partition_id, task.data
-    server_round = int(msg.content["config"]["server-round"])
+    server_round = int(msg.content[CONFIG][SERVER_ROUND])
     c = scenario.client
     _loaded_from.pop(task.model, None)  # trained in place: no longer the global model
     result = train_tensors(
@@ -210,15 +222,15 @@ def train_handler(msg: Message, context: Context) -> Message:
     before = result.before
     metrics = MetricRecord(
         {
-            "num-examples": int(result.num_examples),
-            "partition-id": pid,
+            NUM_EXAMPLES: int(result.num_examples),
+            PARTITION_ID: pid,
             # F_k: tau-tilted loss of the incoming model (the mean loss when tau = 0)
-            "train_loss": float(before.loss_tilted),
-            "train_loss_sum": float(before.loss_sum),
-            "train_loss_after": float(result.loss_after),
+            TRAIN_LOSS: float(before.loss_tilted),
+            TRAIN_LOSS_SUM: float(before.loss_sum),
+            TRAIN_LOSS_AFTER: float(result.loss_after),
         }
     )
-    return Message(RecordDict({"arrays": to_array_record(result.weights), "metrics": metrics}), reply_to=msg)
+    return Message(RecordDict({ARRAYS: to_array_record(result.weights), METRICS: metrics}), reply_to=msg)
 
 
 @app.evaluate()
@@ -226,12 +238,12 @@ def evaluate_handler(msg: Message, context: Context) -> Message:
     """Evaluate the global model on this device's validation and test splits (one forward pass)."""
     task = _task(msg, context)
     data = task.data
-    values: dict[str, int | float] = {"partition-id": task.partition_id}
+    values: dict[str, int | float] = {PARTITION_ID: task.partition_id}
     results = evaluate_segments(task.model, data.x_eval, data.y_eval, data.eval_ends)
     for split, res in zip(EVAL_SPLITS, results, strict=True):
-        values[f"{split}_loss"] = res.loss_mean
-        values[f"{split}_accuracy"] = res.accuracy
-        values[f"{split}_correct"] = res.correct
-        values[f"{split}_examples"] = res.examples
-    values["num-examples"] = sum(res.examples for res in results)
-    return Message(RecordDict({"metrics": MetricRecord(values)}), reply_to=msg)
+        values[eval_key(split, "loss")] = res.loss_mean
+        values[eval_key(split, "accuracy")] = res.accuracy
+        values[eval_key(split, "correct")] = res.correct
+        values[eval_key(split, "examples")] = res.examples
+    values[NUM_EXAMPLES] = sum(res.examples for res in results)
+    return Message(RecordDict({METRICS: MetricRecord(values)}), reply_to=msg)

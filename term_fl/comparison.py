@@ -18,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from term_fl.strategies.registry import PARAM_KEYS, cell_label
+
 STATS = ("pooled_mean", "mean", "worst_10", "best_10", "std", "variance_1e4", "jain", "gini", "entropy",
          "var", "cvar", "evar", "tivar")
 SPLITS = ("validation", "test", "test_clean")  # test_clean: devices without injected noise
-PARAM_KEYS = ("t", "q", "lam", "tau")
 
 
 def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
@@ -32,19 +33,6 @@ def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
     if arr.size == 1:
         return float(arr[0]), None
     return float(arr.mean()), float(arr.std(ddof=1) / math.sqrt(arr.size))
-
-
-def cell_label(strategy: Mapping[str, Any]) -> str:
-    """'term t=1', 'qffl q=5', 'fedavg', with tau when a client-side tilt is used."""
-    name = strategy.get("name", "?")
-    parts = [name]
-    if name == "term":
-        parts.append(f"t={strategy.get('t'):g}")
-    if name == "qffl":
-        parts.append(f"q={strategy.get('q'):g}")
-    if strategy.get("tau"):
-        parts.append(f"tau={strategy.get('tau'):g}")
-    return " ".join(parts)
 
 
 def group_cells(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ and what is allowed.
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import itertools
@@ -33,9 +34,12 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
+
+from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 
 VEHICLE_DATA_ENV = "TERM_FL_VEHICLE_DATA"
 DEFAULT_SCENARIO = "default"
@@ -92,37 +96,32 @@ class RunConfig(_Table):
     name: str = Field("", description="run name shown in tables and the dashboard ('' = scenario name)")
 
 
-class StrategyConfig(_Table):
-    """Which server strategy aggregates the client updates."""
+def _strategy_table() -> type[_Table]:
+    """The [strategy] table: ``name`` (a registered strategy), every registered strategy's settings
+    and the settings every strategy takes (the defences against hostile clients).
 
-    name: Literal["fedavg", "qffl", "term"] = "term"
-    t: float = Field(
-        1.0, ge=-1000.0, le=1000.0,
-        description="TERM device-level tilt (t>0 fairness, t<0 robustness); with t>0 a client that reports a huge "
-                    "loss takes all the weight: see clip_loss",
-    )
-    q: float = Field(1.0, ge=0.0, le=100.0, description="q-FFL fairness parameter (0 = uniform average)")
-    lam: float = Field(1.0, gt=0.0, le=1.0, description="TERM running-estimate mixing (1 = no memory)")
-    base_weighting: Literal["num_examples", "uniform"] = "num_examples"
-    loss_reduction: Literal["mean", "sum"] = "mean"
-    server_lr: float = Field(1.0, gt=0.0, le=100.0, description="TERM server learning rate eta_s")
-    clip_loss: float = Field(
-        0.0, ge=0.0, le=1e6,
-        description="defence, off at 0: a reported loss above clip_loss x the round's median is lowered to it "
-                    "(with t > 0 a client reporting a huge loss would take all the weight)",
-    )
-    max_update_norm: float = Field(
-        0.0, ge=0.0, le=1e6,
-        description="defence, off at 0: an update longer than max_update_norm x the round's median update norm "
-                    "is scaled down to it (a client sending huge weights would be averaged in)",
+    One flat table, so that a sweep over ``strategy.name`` runs from one file;
+    each strategy reads its own fields (term_fl.strategies.registry). The
+    fields, defaults, ranges and checks are the strategies' settings models:
+    the strategy classes validate with the same models.
+    """
+    fields: dict[str, Any] = {}
+    for settings in (COMMON_SETTINGS, *(spec.settings for spec in STRATEGIES.values())):
+        for key, info in settings.model_fields.items():
+            if key in fields and repr(fields[key][1]) != repr(info):
+                raise TypeError(f"strategies define the [strategy] field {key!r} in two different ways")
+            fields[key] = (info.annotation, copy.copy(info))
+    names = tuple(STRATEGIES)
+    return create_model(
+        "StrategyConfig",
+        __base__=_Table,
+        __doc__="Which server strategy aggregates the client updates, and its parameters.",
+        name=(Literal[names], Field("term", description=f"the strategy: {', '.join(names)}")),
+        **fields,
     )
 
-    @field_validator("clip_loss", "max_update_norm")
-    @classmethod
-    def _off_or_ratio(cls, value: float) -> float:
-        if value != 0 and value < 1:
-            raise ValueError("must be 0 (off) or a ratio >= 1 to the round's median")
-        return value
+
+StrategyConfig = _strategy_table()
 
 
 class ClientConfig(_Table):
@@ -189,9 +188,8 @@ class ResourcesConfig(_Table):
 
 
 class SelectionConfig(_Table):
-    """How a sweep picks t (and q) on the validation split, as the TERM paper does."""
+    """How a sweep picks each strategy's tuned parameter (TERM's t, q-FFL's q ...) on validation, as the TERM paper does."""
 
-    tune: list[str] = Field(default_factory=lambda: ["strategy.t", "strategy.q"])
     objective: Literal["worst_10", "mean", "pooled_mean"] = "worst_10"
     max_mean_drop: float = Field(
         0.01, ge=0.0, le=1.0, description="allowed drop of the validation mean below the best mean of the strategy"
@@ -236,18 +234,12 @@ class Scenario(_Table):
         return self.run.name or self.name
 
     def strategy_params(self) -> dict[str, Any]:
-        """The parameters that shape the chosen strategy (and the client-side tilt)."""
-        s = self.strategy
-        params: dict[str, Any] = {}
-        if s.name == "term":
-            params.update(t=s.t, lam=s.lam, base_weighting=s.base_weighting,
-                          loss_reduction=s.loss_reduction, server_lr=s.server_lr)
-        elif s.name == "qffl":
-            params.update(q=s.q, client_lr=self.client.lr)
+        """The parameters that shape the chosen strategy (its class's arguments), and the client-side tilt tau."""
+        params = STRATEGIES[self.strategy.name].params(self.strategy, self.client)
         params["tau"] = self.client.tau
-        for defence in ("clip_loss", "max_update_norm"):  # only when on: earlier hashes and labels stay as they were
-            if getattr(s, defence):
-                params[defence] = getattr(s, defence)
+        for defence in COMMON_SETTINGS.model_fields:  # only when on: earlier hashes and labels stay as they were
+            if getattr(self.strategy, defence):
+                params[defence] = getattr(self.strategy, defence)
         return params
 
     def to_json(self) -> str:

@@ -18,24 +18,32 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from term_fl.client_app import EVAL_SPLITS, SCENARIO_KEY, dataset_for, model_for
+from term_fl.client_app import dataset_for, model_for
 from term_fl.config import Scenario, check_fits_dataset
 from term_fl.fairness import fairness_summary, loss_risks
+from term_fl.flower_internals import to_array_record
+from term_fl.keys import (
+    CONFIG,
+    EVAL_METRICS,
+    EVAL_SPLITS,
+    NUM_PARTITIONS,
+    PARTITION_ID,
+    SCENARIO,
+    TEST,
+    TRAIN_LOSS_AFTER,
+    eval_key,
+)
 from term_fl.models import get_weights
-from term_fl.array_codec import to_array_record
-from term_fl.strategies import FedAvg, build_strategy, filter_replies, sent_index
-from term_fl.strategies.base import records_of, reply_metrics
+from term_fl.strategies import STRATEGIES, EvaluationReport, FedAvg, TrainReport
+from term_fl.strategies.registry import COMMON_SETTINGS
+from term_fl.strategies.replies import metrics_of
 
 log = logging.getLogger("term_fl")
 
-EVAL_METRICS = tuple(
-    f"{split}_{what}" for split in EVAL_SPLITS for what in ("loss", "accuracy", "correct", "examples")
-)
 RISK_ALPHA = 0.1
-SPLIT_NAMES = {"val": "validation", "test": "test"}
 
 
 class FederationError(RuntimeError):
@@ -51,7 +59,7 @@ class RoundRecord:
     train_rows: list[dict[str, Any]]
     eval_rows: list[dict[str, Any]]
     stats: dict[str, dict[str, Any]]  # "val" / "test" -> fairness statistics + loss risks
-    running_estimate: float | None
+    diagnostics: dict[str, Any]  # the strategy's own numbers (TERM: running_estimate)
     duration_s: float
     excluded: list[dict[str, Any]] = field(default_factory=list)
 
@@ -84,24 +92,16 @@ class Recorder:
 
 
 def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
-    """The strategy a scenario names, with our sampling and reply handling."""
-    s, r = scenario.strategy, scenario.run
-    common = dict(
-        clients_per_round=r.clients_per_round,  # at most num_devices: check_fits_dataset
-        seed=r.seed,
-        evaluate_fraction=r.evaluate_fraction,
+    """The strategy a scenario names (term_fl.strategies.registry), with its parameters and our sampling."""
+    spec, run = STRATEGIES[scenario.strategy.name], scenario.run
+    return spec.strategy(
+        **spec.params(scenario.strategy, scenario.client),
+        **{key: getattr(scenario.strategy, key) for key in COMMON_SETTINGS.model_fields},
+        clients_per_round=run.clients_per_round,  # at most num_devices: check_fits_dataset
+        seed=run.seed,
+        evaluate_fraction=run.evaluate_fraction,
         min_available_nodes=num_devices,
-        clip_loss=s.clip_loss,
-        max_update_norm=s.max_update_norm,
     )
-    if s.name == "term":
-        return build_strategy(
-            "term", t=s.t, lam=s.lam, base_weighting=s.base_weighting,
-            loss_reduction=s.loss_reduction, server_learning_rate=s.server_lr, **common,
-        )
-    if s.name == "qffl":
-        return build_strategy("qffl", q=s.q, client_learning_rate=scenario.client.lr, **common)
-    return build_strategy("fedavg", **common)
 
 
 def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.2) -> dict[int, int]:
@@ -115,19 +115,20 @@ def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.
             )
         time.sleep(poll_s)
     messages = [
-        Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=node_id, message_type=MessageType.QUERY)
+        Message(RecordDict({CONFIG: ConfigRecord({})}), dst_node_id=node_id, message_type=MessageType.QUERY)
         for node_id in node_ids
     ]
     remaining = max(1.0, deadline - time.monotonic())
     replies = list(grid.send_and_receive(messages, timeout=remaining))
     mapping: dict[int, int] = {}
     for reply in replies:
-        if reply.has_error():
-            log.warning("node %s failed the partition query: %s", reply.metadata.src_node_id, reply.error.reason)
+        metrics = metrics_of(reply)
+        if metrics is None or PARTITION_ID not in metrics or NUM_PARTITIONS not in metrics:
+            reason = reply.error.reason if reply.has_error() else "the reply holds no partition-id and num-partitions"
+            log.warning("node %s failed the partition query: %s", reply.metadata.src_node_id, reason)
             continue
-        metrics = reply_metrics(reply)
-        pid = int(metrics["partition-id"])
-        num = int(metrics["num-partitions"])
+        pid = int(metrics[PARTITION_ID])
+        num = int(metrics[NUM_PARTITIONS])
         if num != expected or not 0 <= pid < expected:
             raise FederationError(
                 f"node {reply.metadata.src_node_id} holds partition-id={pid} of num-partitions={num}, "
@@ -153,66 +154,47 @@ def _partition_of(messages: Iterable[Message], node_partitions: dict[int, int]) 
     return sorted(node_partitions[m.metadata.dst_node_id] for m in messages)
 
 
-def _train_rows(sampled: Sequence[int], replies: Sequence[Message], strategy: FedAvg) -> list[dict[str, Any]]:
-    report = strategy.last_round
-    weights = {} if report is None else dict(zip(report.partition_ids, np.asarray(report.weights).tolist()))
-    metrics_by_pid: dict[int, Any] = {}
-    for reply in replies:
-        if reply.has_error() or not reply.has_content():
-            continue
-        records = records_of(reply.content, MetricRecord)
-        if not records:
-            continue
-        metrics = records[0]
-        if "partition-id" in metrics:
-            metrics_by_pid[int(metrics["partition-id"])] = metrics
+def _train_rows(sampled: Sequence[int], report: TrainReport) -> list[dict[str, Any]]:
+    """One row per sampled device, from what the strategy aggregated (nothing but the partition for the others)."""
+    aggregated = {pid: i for i, pid in enumerate(report.partition_ids)}
     rows = []
     for pid in sampled:
-        m = metrics_by_pid.get(pid, {})
+        i = aggregated.get(pid)
+        if i is None:
+            rows.append({"partition_id": pid, "sampled": 1, "included": 0, "train_loss": None,
+                         "train_loss_after": None, "tilted_weight": None, "num_examples": None})
+            continue
+        after = report.metrics[i].get(TRAIN_LOSS_AFTER)
         rows.append(
             {
                 "partition_id": pid,
                 "sampled": 1,
-                "included": int(pid in weights),
-                "train_loss": float(m["train_loss"]) if "train_loss" in m else None,
-                "train_loss_after": float(m["train_loss_after"]) if "train_loss_after" in m else None,
-                "tilted_weight": weights.get(pid),
-                "num_examples": int(m["num-examples"]) if "num-examples" in m else None,
+                "included": 1,
+                "train_loss": float(report.losses[i]),  # F_k as the strategy used it
+                "train_loss_after": None if after is None else float(after),
+                "tilted_weight": float(report.weights[i]),
+                "num_examples": int(report.num_examples[i]),
             }
         )
     return rows
 
 
-def _evaluate_round(
-    grid: Grid,
-    strategy: FedAvg,
-    server_round: int,
-    arrays: ArrayRecord,
-    config: ConfigRecord,
-    timeout: float,
-    risk_splits: tuple[str, ...],
-) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Evaluate the global model; statistics per split, loss risks for ``risk_splits``."""
-    messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
-    replies = list(grid.send_and_receive(messages, timeout=timeout))
-    valid, excluded = filter_replies(
-        replies, require_arrays=False, required_metrics=EVAL_METRICS,
-        context="evaluate", sent=sent_index(messages, strategy.node_partitions),
-    )
-    metrics = [reply_metrics(reply) for reply in valid]
+def _evaluation_rows(report: EvaluationReport, risk_splits: tuple[str, ...]) -> tuple[
+        list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Per-device rows of every split, and per split the fairness statistics (loss risks for ``risk_splits``)."""
     rows: list[dict[str, Any]] = []
     stats: dict[str, dict[str, Any]] = {}
     for split in EVAL_SPLITS:
         split_rows = [
             {
-                "partition_id": int(m["partition-id"]),
+                "partition_id": int(m[PARTITION_ID]),
                 "split": split,
-                "loss": float(m[f"{split}_loss"]),
-                "accuracy": float(m[f"{split}_accuracy"]),
-                "correct": int(m[f"{split}_correct"]),
-                "examples": int(m[f"{split}_examples"]),
+                "loss": float(m[eval_key(split, "loss")]),
+                "accuracy": float(m[eval_key(split, "accuracy")]),
+                "correct": int(m[eval_key(split, "correct")]),
+                "examples": int(m[eval_key(split, "examples")]),
             }
-            for m in metrics
+            for m in report.metrics
         ]
         rows.extend(split_rows)
         if split_rows:
@@ -221,7 +203,7 @@ def _evaluate_round(
             if split in risk_splits:
                 summary.update(loss_risks(column["loss"], alpha=RISK_ALPHA))
             stats[split] = summary
-    return rows, stats, [e._asdict() for e in excluded]
+    return rows, stats
 
 
 def initial_arrays(scenario: Scenario) -> ArrayRecord:
@@ -272,7 +254,7 @@ def _rounds(
     strategy.set_node_partitions(node_partitions)
     strategy.summary()
     arrays = initial_arrays(scenario)
-    config = ConfigRecord({SCENARIO_KEY: scenario.to_json()})
+    config = ConfigRecord({SCENARIO: scenario.to_json()})
     failed_in_a_row = 0
     ok_rounds = 0
     last: RoundRecord | None = None
@@ -281,10 +263,8 @@ def _rounds(
         start = time.perf_counter()
         messages = list(strategy.configure_train(server_round, arrays, config, grid))
         sampled = _partition_of(messages, node_partitions)
-        replies = list(grid.send_and_receive(messages, timeout=run.round_timeout))
-        new_arrays, _ = strategy.aggregate_train(server_round, replies)
-        report = strategy.last_round
-        excluded = [e._asdict() for e in (report.excluded if report else [])]
+        replies = grid.send_and_receive(messages, timeout=run.round_timeout)
+        new_arrays, _, report = strategy.aggregate_round(server_round, replies)
         status = "ok"
         if new_arrays is None:
             status = "failed"
@@ -294,22 +274,22 @@ def _rounds(
             failed_in_a_row = 0
             ok_rounds += 1
             arrays = new_arrays
-        train_rows = _train_rows(sampled, replies, strategy)
-        # Loss risks (a numerical search each) every round on test; on
-        # validation only in the last round, which the summary reports.
-        risk_splits = EVAL_SPLITS if server_round == run.rounds else ("test",)
-        eval_rows, stats, eval_excluded = _evaluate_round(
-            grid, strategy, server_round, arrays, config, run.round_timeout, risk_splits
-        )
+        # Evaluate the global model; loss risks (a numerical search each) every
+        # round on test, on validation only in the last round, which the summary reports.
+        messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
+        replies = grid.send_and_receive(messages, timeout=run.round_timeout)
+        evaluation = strategy.evaluation_report(server_round, replies, required_metrics=EVAL_METRICS)
+        risk_splits = EVAL_SPLITS if server_round == run.rounds else (TEST,)
+        eval_rows, stats = _evaluation_rows(evaluation, risk_splits)
         record = RoundRecord(
             server_round=server_round,
             status=status,
-            train_rows=train_rows,
+            train_rows=_train_rows(sampled, report),
             eval_rows=eval_rows,
             stats=stats,
-            running_estimate=getattr(report, "running_estimate", None),
+            diagnostics=report.diagnostics,
             duration_s=time.perf_counter() - start,
-            excluded=excluded + eval_excluded,
+            excluded=[e._asdict() for e in (*report.excluded, *evaluation.excluded)],
         )
         recorder.record_round(record)
         completed = server_round

@@ -72,12 +72,15 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import MISSING, asdict, dataclass, fields, is_dataclass
+from dataclasses import MISSING, dataclass, fields
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from term_fl.jsonable import plain
+from term_fl.keys import EVAL_SPLITS
 
 log = logging.getLogger("term_fl")
 
@@ -85,7 +88,6 @@ __all__ = [
     "EVAL_COLUMNS",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
-    "SPLITS",
     "STAT_COLUMNS",
     "TRAIN_COLUMNS",
     "DuplicateRoundError",
@@ -113,7 +115,6 @@ LOST_AFTER_S = 60.0
 BUSY_TIMEOUT_S = 60.0
 BUSY_POLL_S = 2.0
 APPLICATION_ID = int.from_bytes(b"TRFL", "big")  # marks a SQLite file as a term-fl store
-SPLITS = ("val", "test")
 STORED_STATUSES = ("running", "finished", "failed", "interrupted")
 RUN_STATUSES = (*STORED_STATUSES, "lost")  # "lost": running, with a stale heartbeat (derived when read)
 FINAL_STATUSES = STORED_STATUSES[1:]
@@ -199,7 +200,7 @@ _SCHEMA = (
         run_id TEXT NOT NULL,
         round INTEGER NOT NULL,
         {_integer("partition_id")},
-        split TEXT NOT NULL CHECK (split IN {SPLITS}),
+        split TEXT NOT NULL CHECK (split IN {EVAL_SPLITS}),
         {_real("loss")},
         {_real("accuracy")},
         {_integer("correct")},
@@ -211,7 +212,7 @@ _SCHEMA = (
     f"""CREATE TABLE round_stats (
         run_id TEXT NOT NULL,
         round INTEGER NOT NULL,
-        split TEXT NOT NULL CHECK (split IN {SPLITS}),
+        split TEXT NOT NULL CHECK (split IN {EVAL_SPLITS}),
         {", ".join(f"{c} REAL" for c in STAT_COLUMNS)},
         stats_json TEXT NOT NULL,
         PRIMARY KEY (run_id, round, split),
@@ -583,9 +584,9 @@ class ResultsStore:
             raise ValueError(f"round status must be one of {ROUND_STATUSES}, got {status!r}")
         round = _convert(_as_int, round, "round")
         stats = dict(stats or {})
-        bad_splits = sorted(set(stats) - set(SPLITS))
+        bad_splits = sorted(set(stats) - set(EVAL_SPLITS))
         if bad_splits:
-            raise ValueError(f"stats splits must be among {SPLITS}, got {bad_splits}")
+            raise ValueError(f"stats splits must be among {EVAL_SPLITS}, got {bad_splits}")
         stats_rows = [
             (run_id, round, split, *(_convert(_as_real, s.get(c), f"stats[{split!r}][{c!r}]") for c in STAT_COLUMNS),
              _dumps(s, f"stats[{split!r}]"))
@@ -913,8 +914,8 @@ def _as_split(value: Any) -> str:
 
 
 def _check_split(split: Any) -> None:
-    if split not in SPLITS:
-        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if split not in EVAL_SPLITS:
+        raise ValueError(f"split must be one of {EVAL_SPLITS}, got {split!r}")
 
 
 class _RowSpec:
@@ -1022,28 +1023,9 @@ def _run_info(row: tuple[Any, ...], now: float) -> RunInfo:
 # -- JSON ---------------------------------------------------------------------
 
 
-def _jsonable(obj: Any) -> Any:
-    """Plain JSON values: numpy scalars/arrays, dataclasses and paths converted, non-finite floats -> None."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, (str, int, type(None))):
-        return obj
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, (np.generic, np.ndarray)):
-        return _jsonable(obj.tolist())
-    if is_dataclass(obj) and not isinstance(obj, type):
-        return _jsonable(asdict(obj))
-    if isinstance(obj, os.PathLike):
-        return os.fspath(obj)
-    raise TypeError(f"cannot store a {type(obj).__name__} as JSON: {obj!r}")
-
-
 def _dumps(obj: Any, what: str) -> str:
     try:
-        return json.dumps(_jsonable(obj), allow_nan=False)
+        return json.dumps(plain(obj), allow_nan=False)
     except TypeError as exc:
         raise ValueError(f"{what}: {exc}") from None
 

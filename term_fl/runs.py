@@ -1,4 +1,4 @@
-"""Run directories, summary.json and the recorder that feeds the results store.
+"""A run: its id, its directory, the recorder that writes it and the results store, and :func:`run_one`.
 
 A run directory holds ``config.json`` (the resolved scenario), ``summary.json``
 (DESIGN.md's contract) and ``model.pt`` (the final global model as a torch
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import os
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,17 +22,20 @@ import numpy as np
 import torch
 
 import term_fl
+from term_fl import results
 from term_fl.client_app import dataset_for, model_for
 from term_fl.config import ConfigError, Scenario, config_hash
+from term_fl.engines import run_scenario
 from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationResult, Recorder, RoundRecord
+from term_fl.jsonable import plain
+from term_fl.keys import SUMMARY_NAMES, TEST
 from term_fl.models import TermModel, set_weights
-from term_fl import results
 from term_fl.results import ResultsStore
 
 log = logging.getLogger("term_fl")
 
-SPLIT_KEYS = {"val": "validation", "test": "test"}
+DEFAULT_RUNS_DIR = Path("runs")
 RUN_FILES = ("config.json", "summary.json", "model.pt")
 
 
@@ -71,13 +74,34 @@ def write_atomic(path: Path, write: Any) -> None:
 
 
 def write_summary(run_dir: Path, summary: dict[str, Any]) -> None:
-    text = json.dumps(finite_json(summary), indent=2, allow_nan=False, default=_json_default) + "\n"
+    text = json.dumps(plain(summary), indent=2, allow_nan=False) + "\n"
     write_atomic(run_dir / "summary.json", lambda p: p.write_text(text))
 
 
-def new_run_id(scenario: Scenario) -> str:
+def run_id_for(scenario: Scenario) -> str:
     """The store's time-sortable id, plus what ran: e.g. ``20261126-011530-ab12cd-default-term-s0``."""
     return f"{results.new_run_id()}-{scenario.name}-{scenario.strategy.name}-s{scenario.run.seed}"
+
+
+def run_one(
+    scenario: Scenario,
+    store: ResultsStore,
+    *,
+    out_dir: Path | None = None,
+    on_round: Callable[[RoundRecord, int], None] | None = None,
+) -> RunRecorder:
+    """Run ``scenario``, recording into ``store`` and ``out_dir`` (default ./runs/<run id>).
+
+    The recorder is returned in every case that does not raise; a failing
+    run is marked failed (or interrupted) in the store, its completed rounds
+    stay readable, and the error propagates.
+    """
+    run_id = run_id_for(scenario)
+    run_dir = Path(out_dir) if out_dir is not None else DEFAULT_RUNS_DIR / run_id
+    check_output_dir(run_dir.resolve())  # before any engine starts; RunRecorder.start checks again
+    recorder = RunRecorder(store, run_dir.resolve(), run_id=run_id)
+    run_scenario(scenario, recorder, on_round=on_round)
+    return recorder
 
 
 def versions() -> dict[str, str]:
@@ -122,14 +146,14 @@ def build_summary(
         "rounds_completed": rounds_completed,
         "config_hash": config_hash(scenario),
     }
-    for split, key in SPLIT_KEYS.items():
+    for split, key in SUMMARY_NAMES.items():
         summary[key] = (last.stats.get(split) if last else None) or None
     noisy = set((data.get("noise") or {}).get("devices") or [])
     if noisy and last is not None:
         summary["test_clean"] = clean_device_statistics(last.eval_rows, noisy)
-    if last is not None and scenario.strategy.name == "term":
+    if last is not None:
         summary["tilted_weights"] = {str(k): v for k, v in sorted(last.tilted_weights.items())}
-        summary["running_estimate"] = last.running_estimate
+        summary.update(last.diagnostics)
     summary.update(
         versions=versions(), git_commit=git_commit(), data=data, wall_time_s=round(wall_time_s, 3)
     )
@@ -140,7 +164,7 @@ def build_summary(
 
 def clean_device_statistics(eval_rows: list[dict[str, Any]], noisy: set[int]) -> dict[str, Any] | None:
     """Fairness statistics of the test split over the devices whose data was not corrupted."""
-    rows = [r for r in eval_rows if r["split"] == "test" and r["partition_id"] not in noisy]
+    rows = [r for r in eval_rows if r["split"] == TEST and r["partition_id"] not in noisy]
     if not rows:
         return None
     return fairness_summary(
@@ -208,7 +232,7 @@ class RunRecorder(Recorder):
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.json").write_text(json.dumps(scenario.model_dump(), indent=2) + "\n")
         self.run_id = self.store.create_run(
-            run_id=self.run_id or new_run_id(scenario),
+            run_id=self.run_id or run_id_for(scenario),
             name=scenario.run_name,
             scenario=scenario.name,
             engine=scenario.run.engine,
@@ -231,7 +255,7 @@ class RunRecorder(Recorder):
             eval_rows=record.eval_rows,
             stats=record.stats,
             status=record.status,
-            running_estimate=record.running_estimate,
+            running_estimate=record.diagnostics.get("running_estimate"),
             duration_s=record.duration_s,
             excluded=record.excluded,
         )
@@ -260,23 +284,6 @@ class RunRecorder(Recorder):
         # finished summary.json beside a row that says otherwise.
         self.store.finish_run(self.run_id, status, summary=self.summary, error=error)
         write_summary(self.run_dir, self.summary)
-
-
-def finite_json(value: Any) -> Any:
-    """``value`` with NaN and infinities (e.g. a risk's limiting t) as None: strict JSON."""
-    if isinstance(value, dict):
-        return {k: finite_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_json(v) for v in value]
-    if isinstance(value, (float, np.floating)) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"not JSON-serialisable: {type(value).__name__}")
 
 
 def save_model(path: Path, result: FederationResult) -> None:

@@ -28,8 +28,7 @@ from term_fl.comparison import group_cells, select_by_validation
 from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
 from term_fl.console import RoundPrinter, make_console
 from term_fl.results import ResultsStore
-from term_fl.runner import DEFAULT_RUNS_DIR, run_one
-from term_fl.runs import RUN_FILES, run_id_in, write_summary
+from term_fl.runs import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
 
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 

@@ -1,4 +1,4 @@
-"""term_fl.array_codec gives exactly Flower's Array bytes and values, faster; odd inputs fall back to Flower."""
+"""term_fl.flower_internals' Array codec gives exactly Flower's Array bytes and values, faster; odd inputs fall back to Flower."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord
 
-from term_fl.array_codec import from_array, from_array_record, to_array, to_array_record
+from term_fl.flower_internals import from_array, from_array_record, to_array, to_array_record
 
 ARRAYS = [
     np.arange(12, dtype=np.float32).reshape(3, 4),

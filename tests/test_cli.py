@@ -183,7 +183,7 @@ def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, 
     def failing(scenario, recorder, on_round=None):
         raise FederationError("every round failed (1 of 1)")
 
-    monkeypatch.setattr("term_fl.runner.run_scenario", failing)
+    monkeypatch.setattr("term_fl.runs.run_scenario", failing)
     code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "o"),
                  "--db", str(tmp_path / "r.db")])
     err = capsys.readouterr().err

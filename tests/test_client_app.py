@@ -14,11 +14,12 @@ import torch
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
 from conftest import small_scenario
-from term_fl.array_codec import to_array_record
-from term_fl.client_app import EVAL_SPLITS, SCENARIO_KEY, app, dataset_for, device_tensors, model_for
+from term_fl.flower_internals import to_array_record
+from term_fl.client_app import app, dataset_for, device_tensors, model_for
+from term_fl.keys import EVAL_SPLITS, SCENARIO as SCENARIO_KEY
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.models import get_weights, set_weights
-from term_fl.strategies.base import reply_metrics
+from term_fl.strategies.replies import metrics_of
 from term_fl.training import evaluate
 
 SCENARIO = small_scenario("run.engine=inprocess")
@@ -40,7 +41,7 @@ def _send(kind: str, arrays, pid: int) -> dict:
     )
     (reply,) = GRID.send_and_receive([Message(content, dst_node_id=100 + pid, message_type=kind)])
     assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
-    return dict(reply_metrics(reply))
+    return dict(metrics_of(reply))
 
 
 def _expected(weights: dict[str, np.ndarray], pid: int) -> dict:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from term_fl.data import (
     DATASET_NAMES,
     NOISE_KINDS,
-    SPLITS,
+    DATA_SPLITS as SPLITS,
     DataError,
     DeviceData,
     build_dataset,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from term_fl.engines import dispatch
+from term_fl import flower_internals as dispatch
 
 
 class FakeState:
@@ -58,7 +58,7 @@ def test_installed_only_inside_the_block_and_can_be_turned_off(monkeypatch):
             assert nested
         assert vce_api.add_messages_to_queue is dispatch.add_messages_to_queue
     assert vce_api.add_messages_to_queue is original
-    monkeypatch.setenv(dispatch.ENV, "flower")
+    monkeypatch.setenv(dispatch.DISPATCHER_ENV, "flower")
     with dispatch.linear_dispatcher() as on:
         assert not on and vce_api.add_messages_to_queue is original
 
@@ -68,4 +68,4 @@ def test_not_installed_for_other_flower_versions(monkeypatch, version):
     import flwr
 
     monkeypatch.setattr(flwr, "__version__", version)
-    assert not dispatch.wanted()
+    assert not dispatch.dispatcher_wanted()

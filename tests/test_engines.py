@@ -13,7 +13,7 @@ import pytest
 
 from conftest import small_scenario
 from term_fl.results import ResultsStore
-from term_fl.runner import run_one
+from term_fl.runs import run_one
 
 pytestmark = pytest.mark.slow
 

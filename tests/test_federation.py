@@ -16,7 +16,7 @@ from term_fl.engines.inprocess import InProcessGrid
 from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationError, Recorder, run_federation
 from term_fl.results import ResultsStore
-from term_fl.runner import run_one
+from term_fl.runs import run_one
 from term_fl.runs import load_model
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import small_scenario
-from term_fl.array_codec import from_array_record, to_array_record
+from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.client_app import app as client_app
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation import Recorder, run_federation

@@ -23,19 +23,23 @@ from flwr.app import (
     MetricRecord,
     RecordDict,
 )
+from flwr.serverapp.exception import AggregationError
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from flwr.serverapp.strategy import QFedAvg as FlowerQFedAvg
 from flwr.supercore.task_identity import TaskIdentity
 
 from term_fl.strategies import (
+    AFL,
     QFFL,
     STRATEGIES,
     FedAvg,
-    RoundReport,
+    TrainReport,
     TermFedAvg,
+    afl_round,
     build_strategy,
+    project_onto_simplex,
 )
-from term_fl.strategies.base import records_of
+from term_fl.flower_internals import records_of
 
 SHAPES = {"layer.weight": (3, 4), "layer.bias": (3,)}
 
@@ -134,8 +138,9 @@ class FakeGrid:
 def all_strategies():
     return [
         FedAvg(),
-        QFFL(client_learning_rate=0.1, q=1.0),
+        QFFL(client_lr=0.1, q=1.0),
         TermFedAvg(t=1.0),
+        AFL(lambda_lr=0.1),
     ]
 
 
@@ -186,7 +191,7 @@ def test_term_weights_sum_to_one_with_lam_one(t):
     strategy = ready(TermFedAvg(t=t, lam=1.0))
     strategy.aggregate_train(1, replies())
     assert strategy.last_round.weights.sum() == pytest.approx(1.0, abs=1e-12)
-    assert strategy.running_estimate == strategy.last_round.running_estimate
+    assert strategy.running_estimate == strategy.last_round.diagnostics["running_estimate"]
 
 
 def test_term_uniform_base_weights_ignore_num_examples():
@@ -213,7 +218,7 @@ def test_term_sum_reduction_tilts_the_summed_losses():
 
 def test_running_estimate_with_lam_below_one_matches_naive_recomputation_over_two_rounds():
     t, lam, eta = 0.8, 0.5, 0.7
-    strategy = TermFedAvg(t=t, lam=lam, server_learning_rate=eta)
+    strategy = TermFedAvg(t=t, lam=lam, server_lr=eta)
     round1 = CLIENTS[:3]
     round2 = [(17, 0, 10, 0.2, 2.0), (42, 1, 5, 2.5, 12.5), (9001, 4, 30, 1.1, 33.0)]
     w1, w2 = global_record(100), global_record(200)
@@ -232,7 +237,7 @@ def test_running_estimate_with_lam_below_one_matches_naive_recomputation_over_tw
     a2, f2, rs2 = batch(by_partition(round2))
     rt2 = math.log((1 - lam) * math.exp(t * rs1) + lam * math.exp(t * rs2)) / t
     p2 = a2 * np.exp(t * f2 - t * rt2)
-    assert strategy.history[0].running_estimate == pytest.approx(rs1, rel=1e-12)
+    assert strategy.history[0].diagnostics["running_estimate"] == pytest.approx(rs1, rel=1e-12)
     assert strategy.running_estimate == pytest.approx(rt2, rel=1e-12)
     np.testing.assert_allclose(strategy.last_round.weights, eta * p2, rtol=1e-12)
     assert abs(p2.sum() - 1.0) > 1e-3  # the stochastic weights do not sum to 1
@@ -273,7 +278,7 @@ def test_large_tilt_with_losses_near_100_stays_finite(t):
 def test_qffl_update_equals_the_formula_in_numpy():
     q, lr = 0.5, 0.05
     L = 1 / lr
-    strategy = ready(QFFL(client_learning_rate=lr, q=q))
+    strategy = ready(QFFL(client_lr=lr, q=q))
     arrays, _ = strategy.aggregate_train(1, replies())
 
     w = {k: v.astype(np.float64) for k, v in decode(global_record()).items()}
@@ -295,7 +300,7 @@ def test_qffl_update_equals_the_formula_in_numpy():
 
 
 def test_qffl_matches_flowers_qfedavg():
-    ours = ready(QFFL(client_learning_rate=0.1, q=2.0))
+    ours = ready(QFFL(client_lr=0.1, q=2.0))
     arrays, _ = ours.aggregate_train(1, replies())
     flower = FlowerQFedAvg(client_learning_rate=0.1, q=2.0)
     flower.current_arrays = global_record()
@@ -305,7 +310,7 @@ def test_qffl_matches_flowers_qfedavg():
 
 
 def test_qffl_with_q_zero_is_a_uniform_average_of_local_models():
-    strategy = ready(QFFL(client_learning_rate=0.1, q=0.0))
+    strategy = ready(QFFL(client_lr=0.1, q=0.0))
     arrays, _ = strategy.aggregate_train(1, replies())
     np.testing.assert_allclose(strategy.last_round.weights, np.full(len(CLIENTS), 0.25),
                                rtol=1e-12)
@@ -314,12 +319,121 @@ def test_qffl_with_q_zero_is_a_uniform_average_of_local_models():
         np.testing.assert_allclose(arrays[key].numpy(), mean, atol=1e-6)
 
 
+# --- AFL ----------------------------------------------------------------------
+
+
+def simplex_projection_by_bisection(v: np.ndarray) -> np.ndarray:
+    """argmin ||x - v|| over the simplex, as max(v - theta, 0) with sum 1: theta found by bisection."""
+    low, high = v.min() - 1.0, v.max()
+    for _ in range(200):
+        theta = (low + high) / 2
+        low, high = (theta, high) if np.maximum(v - theta, 0).sum() > 1 else (low, theta)
+    return np.maximum(v - (low + high) / 2, 0)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_simplex_projection_equals_a_bisection_on_the_threshold(seed):
+    rng = np.random.default_rng(seed)
+    v = rng.normal(scale=rng.uniform(0.01, 3), size=rng.integers(1, 30))
+    x = project_onto_simplex(v)
+    np.testing.assert_allclose(x, simplex_projection_by_bisection(v), atol=1e-12)
+    assert np.all(x >= 0) and x.sum() == pytest.approx(1.0, abs=1e-12)
+    np.testing.assert_allclose(project_onto_simplex(x), x, atol=1e-15)  # a point of the simplex stays
+
+
+AFL_PARTITIONS = {101: 0, 102: 1, 103: 2, 104: 3, 105: 4, 106: 5}  # node -> partition
+
+
+def afl_replies(server_round, sampled, seed):
+    """Replies of the sampled partitions with random models and losses (nodes in arbitrary order)."""
+    rng = np.random.default_rng([seed, server_round])
+    node_of = {p: n for n, p in AFL_PARTITIONS.items()}
+    clients = [(node_of[p], p, int(rng.integers(5, 50)), float(rng.uniform(0.1, 3.0))) for p in sampled]
+    models = {p: model(100 * server_round + p) for p in sampled}
+    messages = [train_reply(node, models[p], **{"num-examples": n, "partition-id": p, "train_loss": f})
+                for node, p, n, f in reversed(clients)]
+    return messages, {p: f for _, p, _, f in clients}, models
+
+
+def test_afl_over_several_rounds_equals_a_direct_numpy_implementation():
+    gamma = 0.3
+    strategy = AFL(lambda_lr=gamma)
+    strategy.set_node_partitions(AFL_PARTITIONS)
+    grid = FakeGrid(AFL_PARTITIONS)
+    lam = np.full(6, 1 / 6)  # the reference: lambda over all six devices, uniform at the start
+    w = {k: v.astype(np.float64) for k, v in model(7).items()}
+    for server_round, sampled in enumerate([[0, 2, 5], [1, 2, 3, 4], [0, 5], [3], [0, 1, 2, 3, 4, 5]], start=1):
+        record = ArrayRecord({k: Array(v.astype(np.float32)) for k, v in w.items()})
+        list(strategy.configure_train(server_round, record, ConfigRecord(), grid))
+        messages, losses, models = afl_replies(server_round, sampled, seed=3)
+        arrays, _ = strategy.aggregate_train(server_round, messages)
+
+        for p in sampled:
+            lam[p] += gamma * losses[p]
+        lam = simplex_projection_by_bisection(lam)
+        c = lam[sampled] / lam[sampled].sum()
+        w = {k: sum(ck * models[p][k].astype(np.float64) for ck, p in zip(c, sampled)) for k in SHAPES}
+
+        report = strategy.last_round
+        assert report.partition_ids == sampled
+        np.testing.assert_allclose(report.weights, c, atol=1e-12)
+        np.testing.assert_allclose(report.diagnostics["mixture_weights"], lam, atol=1e-12)
+        assert strategy.mixture_weights == pytest.approx(dict(enumerate(lam)), abs=1e-12)
+        for key in SHAPES:
+            np.testing.assert_allclose(arrays[key].numpy(), w[key], atol=1e-6)
+    assert not np.allclose(lam, 1 / 6)  # the losses moved lambda
+
+
+def test_afl_round_raises_the_sampled_devices_with_high_loss():
+    lam, c = afl_round(np.full(4, 0.25), [1, 3], [0.1, 2.0], 0.5)
+    assert lam.sum() == pytest.approx(1.0) and lam[3] > lam[1] > 0
+    assert lam[0] == lam[2] < 0.25  # unsampled coordinates only lose the projection's shift
+    np.testing.assert_allclose(c, lam[[1, 3]] / lam[[1, 3]].sum())
+
+
+def test_afl_keeps_the_model_when_every_sampled_device_has_weight_zero(caplog):
+    """Possible only when their lambda is 0 and they report a zero loss (else the ascent step keeps them > 0)."""
+    strategy = AFL(lambda_lr=1.0)
+    strategy.set_node_partitions(AFL_PARTITIONS)
+    strategy.state = np.array([0.0, 0.0, 0.0, 0.0, 0.0, 1.0])
+    record = global_record(5)
+    list(strategy.configure_train(1, record, ConfigRecord(), FakeGrid(AFL_PARTITIONS)))
+    messages, _, _ = afl_replies(1, [0, 1], seed=0)
+    messages = [train_reply(m.metadata.src_node_id, model(1), **{**dict(m.content["metrics"]), "train_loss": 0.0})
+                for m in messages]
+    with caplog.at_level(logging.WARNING, logger="flwr"):
+        arrays, _ = strategy.aggregate_train(1, messages)
+    assert "model unchanged" in caplog.text
+    for key in SHAPES:
+        np.testing.assert_array_equal(arrays[key].numpy(), record[key].numpy())
+    np.testing.assert_array_equal(strategy.last_round.weights, [0.0, 0.0])
+
+
+def test_afl_keeps_lambda_through_a_failed_round_and_needs_the_partitions():
+    strategy = ready(AFL(lambda_lr=0.1))
+    strategy.aggregate_train(1, replies())
+    lam = strategy.last_round.diagnostics["mixture_weights"]
+    ready(strategy, 2)
+    assert strategy.aggregate_train(2, [error_reply(c[0]) for c in CLIENTS]) == (None, None)
+    assert strategy.last_round.failed and strategy.last_round.diagnostics["mixture_weights"] == lam
+    unmapped = AFL()
+    list(unmapped.configure_train(1, global_record(), ConfigRecord(), FakeGrid([c[0] for c in CLIENTS])))
+    with pytest.raises(AggregationError, match="call set_node_partitions"):
+        unmapped.aggregate_train(1, replies())
+
+
+def test_afl_refuses_a_partition_it_was_not_told_of():
+    strategy = ready(AFL())
+    with pytest.raises(AggregationError, match=r"partitions \[7\]"):
+        strategy.aggregate_train(1, replies([(17, 0, 10, 0.3, 3.0), (18, 7, 10, 0.3, 3.0)]))
+
+
 # --- determinism and reports ------------------------------------------------
 
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_reply_order_does_not_change_the_result_bitwise(name):
-    params = {"client_learning_rate": 0.1} if name == "qffl" else {}
+    params = {"client_lr": 0.1} if name == "qffl" else {}
     results = []
     for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
         strategy = ready(build_strategy(name, **params))
@@ -336,7 +450,7 @@ def test_round_report_lists_valid_replies_sorted_by_partition():
     strategy = ready(TermFedAvg(t=1.0))
     strategy.aggregate_train(1, replies())
     report = strategy.last_round
-    assert isinstance(report, RoundReport) and report.server_round == 1
+    assert isinstance(report, TrainReport) and report.server_round == 1
     assert report.partition_ids == [0, 1, 2, 4]
     assert report.node_ids == [17, 42, 555, 9001]
     np.testing.assert_array_equal(report.losses, [0.3, 1.4, 2.1, 0.9])
@@ -388,7 +502,7 @@ FAILURES = ["error", "nan_loss", "inf_loss", "missing_loss", "missing_num_exampl
 @pytest.mark.parametrize("kind", FAILURES)
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_bad_reply_is_excluded_with_a_warning_and_the_others_aggregated(name, kind, caplog):
-    params = {"client_learning_rate": 0.1} if name == "qffl" else {"t": 1.0} if name == "term" else {}
+    params = {"client_lr": 0.1} if name == "qffl" else {"t": 1.0} if name == "term" else {}
     clean = ready(build_strategy(name, **params))
     expected, expected_metrics = clean.aggregate_train(1, replies())
 
@@ -411,7 +525,7 @@ def test_bad_reply_is_excluded_with_a_warning_and_the_others_aggregated(name, ki
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_all_replies_invalid_returns_none_and_keeps_the_model(name, caplog):
-    params = {"client_learning_rate": 0.1} if name == "qffl" else {}
+    params = {"client_lr": 0.1} if name == "qffl" else {}
     strategy = ready(build_strategy(name, **params))
     msgs = [bad_reply(kind) for kind in FAILURES]
     with caplog.at_level(logging.WARNING, logger="flwr"):
@@ -428,7 +542,7 @@ def test_term_keeps_its_running_estimate_through_a_failed_round():
     estimate = strategy.running_estimate
     ready(strategy, 2)
     assert strategy.aggregate_train(2, [error_reply(1)]) == (None, None)
-    assert strategy.running_estimate == estimate == strategy.last_round.running_estimate
+    assert strategy.running_estimate == estimate == strategy.last_round.diagnostics["running_estimate"]
 
 
 def test_reply_without_reference_model_is_checked_against_the_first_valid_reply():
@@ -442,14 +556,14 @@ def test_reply_without_reference_model_is_checked_against_the_first_valid_reply(
 
 def test_qffl_and_term_need_configure_train_first():
     with pytest.raises(Exception, match="configure_train"):
-        QFFL(client_learning_rate=0.1).aggregate_train(1, replies())
+        QFFL(client_lr=0.1).aggregate_train(1, replies())
 
 
 def test_qffl_excludes_negative_losses():
     msgs = replies()
     msgs.append(train_reply(5, model(5), **{"num-examples": 3, "partition-id": 9,
                                             "train_loss": -1.0}))
-    strategy = ready(QFFL(client_learning_rate=0.1))
+    strategy = ready(QFFL(client_lr=0.1))
     strategy.aggregate_train(1, msgs)
     assert strategy.last_round.excluded[0].reason == "metric 'train_loss' must be >= 0, got -1.0"
 
@@ -565,7 +679,7 @@ def test_a_partition_mapped_to_two_nodes_is_refused():
 
 def test_build_strategy_builds_each_name_and_refuses_unknown_ones():
     assert type(build_strategy("fedavg")) is FedAvg
-    assert type(build_strategy("qffl", client_learning_rate=0.1, q=0.2)) is QFFL
+    assert type(build_strategy("qffl", client_lr=0.1, q=0.2)) is QFFL
     term = build_strategy("term", t=2.0, lam=0.5, clients_per_round=10)
     assert type(term) is TermFedAvg and term.t == 2.0 and term.clients_per_round == 10
     with pytest.raises(ValueError, match="allowed names: fedavg, qffl, term"):
@@ -578,13 +692,14 @@ def test_build_strategy_builds_each_name_and_refuses_unknown_ones():
         (lambda: FedAvg(clients_per_round=0), "clients_per_round must be a positive int"),
         (lambda: FedAvg(seed=-1), "seed must be a non-negative int"),
         (lambda: FedAvg(evaluate_fraction=1.5), r"evaluate_fraction must be in \[0, 1\]"),
-        (lambda: TermFedAvg(t=float("nan")), "t must be a finite number"),
-        (lambda: TermFedAvg(lam=0.0), r"lam must be in \(0, 1\]"),
-        (lambda: TermFedAvg(base_weighting="sizes"), "base_weighting must be one of"),
-        (lambda: TermFedAvg(loss_reduction="max"), "loss_reduction must be one of"),
-        (lambda: TermFedAvg(server_learning_rate=0.0), "server_learning_rate must be a positive"),
-        (lambda: QFFL(client_learning_rate=0.0), "client_learning_rate must be a positive"),
-        (lambda: QFFL(client_learning_rate=0.1, q=-1.0), "q must be a non-negative"),
+        (lambda: TermFedAvg(t=float("nan")), r"TermFedAvg: t: Input should be a finite number \(got nan\)"),
+        (lambda: TermFedAvg(lam=0.0), r"lam: Input should be greater than 0 \(got 0.0\)"),
+        (lambda: TermFedAvg(lam=1.5), r"lam: Input should be less than or equal to 1 \(got 1.5\)"),
+        (lambda: TermFedAvg(base_weighting="sizes"), "base_weighting: Input should be 'num_examples' or 'uniform'"),
+        (lambda: TermFedAvg(loss_reduction="max"), "loss_reduction: Input should be 'mean' or 'sum'"),
+        (lambda: TermFedAvg(server_lr=0.0), r"server_lr: Input should be greater than 0 \(got 0.0\)"),
+        (lambda: QFFL(client_lr=0.0), "client_lr must be a positive number, got 0.0"),
+        (lambda: QFFL(client_lr=0.1, q=-1.0), r"QFFL: q: Input should be greater than or equal to 0 \(got -1.0\)"),
     ],
 )
 def test_invalid_settings_raise_clear_value_errors(make, message):
@@ -595,7 +710,7 @@ def test_invalid_settings_raise_clear_value_errors(make, message):
 def test_summary_logs_the_settings(caplog):
     with caplog.at_level(logging.INFO, logger="flwr"):
         TermFedAvg(t=-3.0, lam=0.5).summary()
-        QFFL(client_learning_rate=0.1, q=0.3).summary()
+        QFFL(client_lr=0.1, q=0.3).summary()
     assert "robustness" in caplog.text and "lam: 0.5" in caplog.text and "q: 0.3" in caplog.text
 
 

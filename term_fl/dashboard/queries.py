@@ -14,22 +14,19 @@ standard error over seeds (sample standard deviation / sqrt(n)).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
-from term_fl.comparison import cell_label, mean_and_stderr
-from term_fl.results import SPLITS, ResultsStore, RunInfo
+from term_fl.comparison import mean_and_stderr
+from term_fl.jsonable import plain
+from term_fl.keys import EVAL_SPLITS
+from term_fl.results import ResultsStore, RunInfo
+from term_fl.strategies.registry import PARAM_KEYS, cell_label, strategy_order
 
 __all__ = [
-    "PARAM_KEYS",
-    "STRATEGY_ORDER",
     "TABLE_STATS",
     "BadQuery",
     "NotFound",
-    "clean",
     "compare",
     "device_name",
     "device_rounds",
@@ -41,9 +38,7 @@ __all__ = [
     "weights_matrix",
 ]
 
-PARAM_KEYS = ("t", "q", "tau", "lam")
 TABLE_STATS = ("pooled_mean", "mean", "worst_10", "best_10", "std", "jain")
-STRATEGY_ORDER = ("fedavg", "qffl", "term")
 
 
 class NotFound(LookupError):
@@ -52,25 +47,6 @@ class NotFound(LookupError):
 
 class BadQuery(ValueError):
     """A question the dashboard cannot answer as asked (e.g. a comparison of nothing)."""
-
-
-def clean(obj: Any) -> Any:
-    """JSON values of ``obj``: numpy scalars and arrays converted, NaN and ±inf -> None."""
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if obj is None or isinstance(obj, str):
-        return obj
-    if isinstance(obj, Mapping):
-        return {str(k): clean(v) for k, v in obj.items()}
-    if isinstance(obj, np.ndarray):
-        return clean(obj.tolist())
-    if isinstance(obj, Iterable):
-        return [clean(v) for v in obj]
-    return str(obj)
 
 
 def device_name(partition_id: int) -> str:
@@ -84,9 +60,9 @@ def device_name(partition_id: int) -> str:
 def _final_stats(store: ResultsStore, run_id: str) -> dict[str, Any]:
     """Per split: the last round's statistics with its ``round`` (empty before any round)."""
     final: dict[str, Any] = {}
-    for split in SPLITS:
+    for split in EVAL_SPLITS:
         rounds = store.load_round_stats(run_id, split)
-        final[split] = clean(rounds[-1]) if rounds else {}
+        final[split] = plain(rounds[-1]) if rounds else {}
     return final
 
 
@@ -100,8 +76,8 @@ def run_row(store: ResultsStore, info: RunInfo) -> dict[str, Any]:
     try:
         final = _final_stats(store, info.run_id)
     except (ValueError, RecursionError):  # a round_stats row with damaged JSON
-        final, damaged = {split: {} for split in SPLITS}, [*damaged, "stats_json"]
-    return clean(
+        final, damaged = {split: {} for split in EVAL_SPLITS}, [*damaged, "stats_json"]
+    return plain(
         {
             "run_id": info.run_id,
             "name": info.name,
@@ -140,7 +116,7 @@ def run_detail(store: ResultsStore, run_id: str) -> dict[str, Any]:
         rounds, row["damaged"] = [], [*row["damaged"], "excluded_json"]
     return {
         **row,
-        **clean(
+        **plain(
             {
                 "strategy_params": info.strategy_params,
                 "config": info.config,
@@ -160,11 +136,11 @@ def run_detail(store: ResultsStore, run_id: str) -> dict[str, Any]:
 def round_series(store: ResultsStore, run_id: str) -> dict[str, Any]:
     """Per split, one column per statistic over the rounds (``round`` first), None where missing."""
     splits: dict[str, dict[str, list[Any]]] = {}
-    for split in SPLITS:
+    for split in EVAL_SPLITS:
         rows = store.load_round_stats(run_id, split)
         keys = ["round"] + sorted({k for row in rows for k in row} - {"round"})
         splits[split] = {k: [row.get(k) for row in rows] for k in keys}
-    return clean({"run_id": run_id, "splits": splits})
+    return plain({"run_id": run_id, "splits": splits})
 
 
 def device_rounds(store: ResultsStore, run_id: str, split: str = "test") -> dict[int, list[dict[str, Any]]]:
@@ -174,7 +150,7 @@ def device_rounds(store: ResultsStore, run_id: str, split: str = "test") -> dict
     columns = {key: metrics[key].tolist() for key in ("partition_id", "accuracy", "loss", "correct", "examples")}
     for i, r in enumerate(metrics["round"].tolist()):
         device = {key: values[i] for key, values in columns.items()}
-        by_round.setdefault(r, []).append(clean({**device, "name": device_name(device["partition_id"])}))
+        by_round.setdefault(r, []).append(plain({**device, "name": device_name(device["partition_id"])}))
     return by_round
 
 
@@ -200,7 +176,7 @@ def weights_matrix(store: ResultsStore, run_id: str) -> dict[str, Any]:
     not aggregated.
     """
     rounds, partitions, matrix = store.device_matrix(run_id, "tilted_weight")
-    return clean(
+    return plain(
         {
             "run_id": run_id,
             "rounds": rounds,
@@ -224,8 +200,7 @@ def _final_accuracies(store: ResultsStore, run_id: str, split: str) -> list[floa
 
 def _cell_order(cell: Mapping[str, Any]) -> tuple[Any, ...]:
     strategy = cell["strategy"]
-    rank = STRATEGY_ORDER.index(strategy) if strategy in STRATEGY_ORDER else len(STRATEGY_ORDER)
-    return (rank, strategy, *(cell["params"].get(k) is None for k in PARAM_KEYS),
+    return (strategy_order(strategy), strategy, *(cell["params"].get(k) is None for k in PARAM_KEYS),
             *(cell["params"].get(k) or 0 for k in PARAM_KEYS), cell["config_hash"])  # fmt: skip
 
 
@@ -265,7 +240,7 @@ def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario:
             "stats": {},
             "accuracies": {},
         }
-        for split in SPLITS:
+        for split in EVAL_SPLITS:
             cell["stats"][split] = {}
             for stat in TABLE_STATS:
                 values = [m["final"][split].get(stat) for m in members]
@@ -278,4 +253,4 @@ def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario:
     for c in cells:
         if labels.count(c["label"]) > 1:  # same strategy parameters, other settings differ
             c["label"] += f" #{c['config_hash'][:6]}"
-    return clean({"title": title, "scenario": scenario, "runs": rows, "cells": cells})
+    return plain({"title": title, "scenario": scenario, "runs": rows, "cells": cells})

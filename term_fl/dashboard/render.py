@@ -18,7 +18,9 @@ from typing import Any
 import jinja2
 import plotly
 
-from term_fl.dashboard.queries import PARAM_KEYS, TABLE_STATS, clean
+from term_fl.dashboard.queries import TABLE_STATS
+from term_fl.jsonable import plain
+from term_fl.strategies.registry import PARAM_KEYS
 
 STATIC_DIR = Path(__file__).with_name("static")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
@@ -40,7 +42,7 @@ def script_json(obj: Any) -> str:
     ``<``, ``>`` and ``&`` are written as ``\\u003c`` ... so the text can
     neither close the script element nor open a comment; JSON.parse reads them back.
     """
-    text = json.dumps(clean(obj), allow_nan=False, ensure_ascii=False)
+    text = json.dumps(plain(obj), allow_nan=False, ensure_ascii=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
@@ -49,7 +51,7 @@ _SCRIPT_END = re.compile(r"<(/script|!--)", re.IGNORECASE)
 
 def pretty_json(obj: Any) -> str:
     """Indented JSON to show in a page (the template escapes it like any text)."""
-    return json.dumps(clean(obj), indent=2, ensure_ascii=False)
+    return json.dumps(plain(obj), indent=2, ensure_ascii=False)
 
 
 def inline_script(source: str) -> str:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from term_fl.dashboard import queries
 from term_fl.dashboard.render import render
-from term_fl.results import SPLITS, ResultsStore
+from term_fl.keys import EVAL_SPLITS
+from term_fl.results import ResultsStore
 
 
 class ReportError(LookupError):
@@ -49,7 +50,7 @@ def _run_report(store: ResultsStore, run_id: str, db: Path) -> str:
         "weights": queries.weights_matrix(store, run_id),
         "devices": {},
     }
-    for split in SPLITS:
+    for split in EVAL_SPLITS:
         by_round = queries.device_rounds(store, run_id, split)
         data["devices"][split] = {"rounds": sorted(by_round), "by_round": {str(r): d for r, d in by_round.items()}}
     return render("run.html", report=data, run=data["run"], db=str(db))

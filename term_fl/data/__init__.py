@@ -7,8 +7,8 @@ float32 ``(n, d)``, labels int64 class indices ``0..C-1``.
 
 Modules: ``types`` (containers), ``synthetic`` (Synthetic(alpha, beta)),
 ``vehicle`` (SensIT JSON loader), ``splits`` (seeded splits and their
-rounding rule), ``noise`` (corrupting chosen devices), ``seeds`` (one
-generator per purpose and device), ``build`` (``build_dataset``).
+rounding rule), ``noise`` (corrupting chosen devices), ``build``
+(``build_dataset``). Every generator comes from :mod:`term_fl.seeding`.
 """
 
 from .build import DATASET_NAMES, build_dataset
@@ -16,13 +16,13 @@ from .errors import DataError
 from .noise import NOISE_KINDS
 from .splits import split_indices, split_sizes
 from .synthetic import SyntheticGenerator
-from .types import SPLITS, DeviceData, FederatedDataset
+from .types import DATA_SPLITS, DeviceData, FederatedDataset
 from .vehicle import VEHICLE_ENV_VAR, VehicleData, load_vehicle
 
 __all__ = [
     "DATASET_NAMES",
     "NOISE_KINDS",
-    "SPLITS",
+    "DATA_SPLITS",
     "VEHICLE_ENV_VAR",
     "DataError",
     "DeviceData",

@@ -27,8 +27,9 @@ from typing import Any
 
 import numpy as np
 
+from term_fl.seeding import NOISE_SELECT_TAG, dataset_rng
+
 from .errors import DataError
-from .seeds import NOISE_SELECT_TAG, dataset_rng
 from .types import DeviceData
 
 NOISE_KINDS = ("none", "random_labels", "flip_labels", "scale_features")

@@ -10,8 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-SPLITS = ("train", "val", "test")
-"""Names of the splits every device holds, in this order."""
+from term_fl.keys import DATA_SPLITS
 
 Split = Literal["train", "val", "test"]
 
@@ -36,7 +35,7 @@ class DeviceData:
     y_test: np.ndarray
 
     def __post_init__(self) -> None:
-        for name in SPLITS:
+        for name in DATA_SPLITS:
             x, y = self.split(name)
             if not isinstance(x, np.ndarray) or x.dtype != np.float32 or x.ndim != 2:
                 raise TypeError(f"x_{name} must be a float32 array of shape (n, d), got {_describe(x)}")
@@ -52,8 +51,8 @@ class DeviceData:
 
     def split(self, name: Split) -> tuple[np.ndarray, np.ndarray]:
         """Return ``(x, y)`` of split ``name`` ("train", "val" or "test")."""
-        if name not in SPLITS:
-            raise ValueError(f"unknown split {name!r}; expected one of {', '.join(SPLITS)}")
+        if name not in DATA_SPLITS:
+            raise ValueError(f"unknown split {name!r}; expected one of {', '.join(DATA_SPLITS)}")
         return getattr(self, f"x_{name}"), getattr(self, f"y_{name}")
 
     def num_examples(self, name: Split) -> int:

@@ -1,6 +1,6 @@
 """Flower's Simulation Engine (Ray) driving the shared server loop.
 
-The linear message dispatcher of :mod:`term_fl.engines.dispatch` replaces
+The linear message dispatcher of :mod:`term_fl.flower_internals` replaces
 Flower 1.42's (nodes x messages per poll) while a simulation runs.
 
 ``run_flower_simulation`` starts a private Ray instance (own temp folder, no
@@ -29,9 +29,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from term_fl.client_app import app as client_app
 from term_fl.config import Scenario
-from term_fl.engines.dispatch import linear_dispatcher
 from term_fl.engines.watchdog import orphan_guard
 from term_fl.extras import require
+from term_fl.flower_internals import ActorReuse, linear_dispatcher, reusing_client_actors
 from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
 
 log = logging.getLogger("term_fl")
@@ -89,11 +89,6 @@ def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
 _session: dict[str, Any] = {}
 
 
-def _idle(pool: Any) -> bool:
-    """Every actor of a Flower ``BasicActorPool`` is back in the pool, none lost or busy."""
-    return not pool._future_to_actor and len(pool.pool) == pool.num_actors
-
-
 @contextmanager
 def ray_session(scenario: Scenario) -> Iterator[None]:
     """Keep one Ray instance and one pool of ClientApp actors alive across simulations.
@@ -102,15 +97,14 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     when it is not running, but starts new ClientApp actors for every
     simulation and shuts Ray down after it. Inside this context a simulation
     reuses the previous one's actors when they ask for the same resources and
-    all came back idle (each actor process keeps its imports and the
-    ClientApp's per-process caches, which never change a reply), and leaves
-    them running at its end; a simulation that ended with actors busy or lost
-    gets its actors terminated instead. Ray and the last actors are shut down
-    once, at the end. Nested sessions are no-ops.
+    all came back idle (:func:`term_fl.flower_internals.reusing_client_actors`:
+    each actor process keeps its imports and the ClientApp's per-process
+    caches, which never change a reply), and leaves them running at its end.
+    Ray and the last actors are shut down once, at the end. Nested sessions
+    are no-ops.
     """
     require("sim", "ray", purpose=RAY_PURPOSE)
     import ray
-    from flwr.server.superlink.fleet.vce.backend import raybackend
 
     if _session:
         yield
@@ -121,43 +115,18 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     guard = orphan_guard()  # Ray's agents and workers outlive a driver killed with SIGKILL
     watchdog = guard.__enter__()
     interrupted = False
-    original_build = raybackend.RayBackend.build
-    original_terminate = raybackend.RayBackend.terminate
-
-    def build_reusing_actors(self: Any, app_fn: Any) -> None:
-        pool = _session.get("pool")
-        if pool is not None and pool.client_resources == self.client_resources and _idle(pool):
-            self.pool, self.app_fn = pool, app_fn
-            _session["reused"] = _session.get("reused", 0) + 1
-            return
-        _drop_pool()
-        original_build(self, app_fn)
-        _session["pool"] = self.pool
-
-    def keep_idle_actors(self: Any) -> None:
-        if self.pool is not None and not _idle(self.pool):
-            if _session.get("pool") is self.pool:
-                _drop_pool()
-            else:
-                self.pool.terminate_all_actors()
-
     try:
         # The arguments Flower's RayBackend.init_ray would use.
         pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
         os.environ["PYTHONPATH"] = pythonpath
         ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
-        raybackend.RayBackend.build = build_reusing_actors
-        raybackend.RayBackend.terminate = keep_idle_actors
-        _session["temp_dir"] = temp_dir
-        with linear_dispatcher():
+        with reusing_client_actors() as reuse, linear_dispatcher():
+            _session.update(temp_dir=temp_dir, reuse=reuse)
             yield
     except KeyboardInterrupt:
         interrupted = True
         raise
     finally:
-        raybackend.RayBackend.build = original_build
-        raybackend.RayBackend.terminate = original_terminate
-        _drop_pool()
         _session.clear()
         stopped = shutdown_ray(INTERRUPTED_SHUTDOWN_S if interrupted else SHUTDOWN_S)
         if watchdog is not None:
@@ -166,15 +135,10 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _drop_pool() -> None:
-    pool = _session.pop("pool", None)
-    if pool is not None:
-        pool.terminate_all_actors()
-
-
 def actors_reused() -> int:
     """How many simulations of the current ``ray_session`` reused the previous one's actors."""
-    return int(_session.get("reused", 0))
+    reuse: ActorReuse | None = _session.get("reuse")
+    return 0 if reuse is None else reuse.reused
 
 
 class StoppableGrid(Grid):

@@ -25,6 +25,9 @@ from flwr.common.constant import SUPERLINK_NODE_ID
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
+from term_fl.flower_internals import set_message_id
+from term_fl.keys import NUM_PARTITIONS, PARTITION_ID
+
 CLIENT_APP_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 
@@ -43,7 +46,7 @@ class InProcessGrid(Grid):
             node_id: Context(
                 run_id=self._run.run_id,
                 node_id=node_id,
-                node_config={"partition-id": pid, "num-partitions": num_nodes},
+                node_config={PARTITION_ID: pid, NUM_PARTITIONS: num_nodes},
                 state=RecordDict(),
                 run_config={},
             )
@@ -78,7 +81,7 @@ class InProcessGrid(Grid):
         torch.set_num_threads(1)
         try:
             for msg in messages:
-                msg.metadata.__dict__["_message_id"] = str(uuid4())
+                set_message_id(msg, str(uuid4()))
                 self._replies[msg.metadata.message_id] = self._deliver(msg)
                 ids.append(msg.metadata.message_id)
         finally:

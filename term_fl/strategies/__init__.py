@@ -1,54 +1,45 @@
-"""Flower strategies: FedAvg, q-FFL and TERM on one shared plumbing.
+"""Flower strategies: FedAvg, q-FFL, TERM and AFL on one shared plumbing.
 
-``build_strategy(name, **params)`` is the entry point of the config layer.
+``STRATEGIES`` (:mod:`.registry`) lists them; ``build_strategy(name, **params)``
+builds one by name. Modules: :mod:`.fedavg` (the template every strategy
+subclasses), :mod:`.qffl`, :mod:`.term`, :mod:`.afl` (one strategy each: its
+settings, its round function), :mod:`.replies` (reading and filtering
+replies), :mod:`.arithmetic` (the update rule), :mod:`.sampling` (seeded
+sampling by partition-id), :mod:`.reports` (what a round reports).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from .base import (
-    Aggregation,
-    EvaluationReport,
-    ExcludedReply,
-    FedAvg,
-    RoundReport,
-    combine_models,
-    filter_replies,
-    sent_index,
-)
+from .afl import AFL, afl_round, project_onto_simplex
+from .arithmetic import combine_models
+from .fedavg import Aggregation, FedAvg, RoundInputs, Settings, TrainOutcome
 from .qffl import QFFL, qffl_coefficients
+from .registry import PARAM_KEYS, STRATEGIES, StrategySpec, build_strategy, cell_label
+from .replies import filter_replies, sent_index
+from .reports import EvaluationReport, ExcludedReply, TrainReport
 from .term import TermFedAvg
 
 __all__ = [
+    "AFL",
+    "PARAM_KEYS",
+    "QFFL",
     "STRATEGIES",
     "Aggregation",
     "EvaluationReport",
     "ExcludedReply",
     "FedAvg",
-    "QFFL",
-    "RoundReport",
+    "RoundInputs",
+    "Settings",
+    "StrategySpec",
     "TermFedAvg",
+    "TrainOutcome",
+    "TrainReport",
+    "afl_round",
     "build_strategy",
+    "cell_label",
     "combine_models",
     "filter_replies",
+    "project_onto_simplex",
     "qffl_coefficients",
     "sent_index",
 ]
-
-STRATEGIES: dict[str, type[FedAvg]] = {"fedavg": FedAvg, "qffl": QFFL, "term": TermFedAvg}
-
-
-def build_strategy(name: str, **params: Any) -> FedAvg:
-    """Build the strategy called ``name`` ("fedavg", "qffl" or "term") with ``params``.
-
-    ``params`` are the keyword arguments of the strategy's class (see
-    :class:`FedAvg`, :class:`QFFL`, :class:`TermFedAvg`).
-    """
-    try:
-        cls = STRATEGIES[name]
-    except KeyError:
-        raise ValueError(
-            f"Unknown strategy {name!r}; allowed names: {', '.join(sorted(STRATEGIES))}."
-        ) from None
-    return cls(**params)

@@ -2,7 +2,7 @@
 
 Li, Sanjabi, Beirami, Smith, "Fair Resource Allocation in Federated
 Learning", ICLR 2020 (openreview.net/pdf?id=ByexElSYDr).  With
-L = 1 / client_learning_rate and Delta_k = L (w - w_k):
+L = 1 / client_lr and Delta_k = L (w - w_k):
 
     D_k = F_k^q Delta_k,
     h_k = q F_k^(q-1) ||Delta_k||^2 + L F_k^q,
@@ -18,20 +18,27 @@ without ``gc.collect``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from logging import INFO
 from typing import Any
 
 import numpy as np
-from flwr.app import Message
 from flwr.supercore import log
 from numpy.typing import NDArray
+from pydantic import Field
 
-from .base import Aggregation, FedAvg
+from .fedavg import Aggregation, FedAvg, RoundInputs, Settings
 
-__all__ = ["QFFL", "qffl_coefficients", "squared_distances"]
+__all__ = ["QFFL", "QFFLSettings", "qffl_coefficients", "squared_distances"]
 
 LOSS_OFFSET = 1e-10
+
+
+class QFFLSettings(Settings):
+    """q-FFL's parameters (the ``[strategy]`` fields of a scenario with ``name = "qffl"``)."""
+
+    q: float = Field(1.0, ge=0.0, le=100.0, allow_inf_nan=False,
+                     description="fairness parameter: 0 is a uniform average of the local models")
 
 
 def qffl_coefficients(
@@ -51,7 +58,7 @@ def qffl_coefficients(
     q : float
         Fairness parameter (q = 0: c_k = 1/m, a uniform average).
     lipschitz : float
-        L = 1 / client_learning_rate.
+        L = 1 / client_lr.
     """
     f = np.asarray(losses, dtype=np.float64) + LOSS_OFFSET
     f_q = np.power(f, q)
@@ -62,7 +69,7 @@ def qffl_coefficients(
 def squared_distances(
     global_model: Mapping[str, NDArray], local_models: Iterable[Mapping[str, NDArray]]
 ) -> NDArray[np.float64]:
-    """||w - w_k||^2 for each local model (decoded one at a time when given an iterator)."""
+    """||w - w_k||^2 for each local model (taken one at a time)."""
     w = {k: np.asarray(v, dtype=np.float64) for k, v in global_model.items()}
     return np.array(
         [
@@ -82,28 +89,26 @@ class QFFL(FedAvg):
 
     Parameters
     ----------
-    client_learning_rate : float
-        Learning rate of the clients' local SGD; L = 1 / client_learning_rate
-        estimates the Lipschitz constant.
-    q : float (default: 0.1)
-        Fairness parameter. q = 0 is a uniform average of the local models;
-        larger q favours clients with a high loss. Tune it per use case.
+    client_lr : float
+        Learning rate of the clients' local SGD; L = 1 / client_lr estimates
+        the Lipschitz constant (Flower's QFedAvg calls it client_learning_rate).
+    q : float (default: 1.0)
+        Fairness parameter in [0, 100]. q = 0 is a uniform average of the local
+        models; larger q favours clients with a high loss. Tune it per use case.
     **kwargs
         Passed to :class:`term_fl.strategies.FedAvg` (sampling, metric keys,
         Flower's settings); ``loss_key`` (default "train_loss") names F_k,
         which must be >= 0.
     """
 
-    def __init__(self, *, client_learning_rate: float, q: float = 0.1, **kwargs: Any) -> None:
+    def __init__(self, *, client_lr: float, q: float = 1.0, **kwargs: Any) -> None:
+        settings = QFFLSettings.of(type(self).__name__, q=q)
         super().__init__(**kwargs)
-        if not (math.isfinite(client_learning_rate) and client_learning_rate > 0):
-            raise ValueError(
-                f"client_learning_rate must be a positive number, got {client_learning_rate!r}."
-            )
-        if not (math.isfinite(q) and q >= 0):
-            raise ValueError(f"q must be a non-negative number, got {q!r}.")
-        self.client_learning_rate = float(client_learning_rate)
-        self.q = float(q)
+        if not (math.isfinite(client_lr) and client_lr > 0):
+            raise ValueError(f"client_lr must be a positive number, got {client_lr!r}.")
+        self.settings = settings
+        self.client_lr = float(client_lr)
+        self.q = settings.q
 
     def train_filter_options(self) -> dict[str, tuple[str, ...]]:
         """F_k must also be >= 0 (F_k^q)."""
@@ -111,22 +116,15 @@ class QFFL(FedAvg):
         options["nonnegative_metrics"] = (self.loss_key,)
         return options
 
-    def compute_aggregation(
-        self,
-        server_round: int,
-        replies: Sequence[Message],
-        losses: NDArray[np.float64],
-        num_examples: NDArray[np.float64],
-    ) -> Aggregation:
-        """c_k = L F_k^q / sum_j h_j and the global term 1 - sum_k c_k."""
-        distances = squared_distances(self.global_model(), self.local_models(replies))
-        coefficients = qffl_coefficients(losses, distances, self.q, 1.0 / self.client_learning_rate)
-        return Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients)))
+    def round_step(self, inputs: RoundInputs, state: None) -> tuple[Aggregation, None]:
+        """c_k = L F_k^q / sum_j h_j and the global term 1 - sum_k c_k; no state."""
+        distances = squared_distances(inputs.global_model(), inputs.local_models())
+        coefficients = qffl_coefficients(inputs.losses, distances, self.q, 1.0 / self.client_lr)
+        return Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients))), state
 
     def summary(self) -> None:
         """Log the q-FFL settings, then the shared ones."""
         log(INFO, "\t├──> q-FFL settings:")
         log(INFO, "\t│\t├── q: %s", self.q)
-        log(INFO, "\t│\t└── client_learning_rate: %s (L = %s)", self.client_learning_rate,
-            1.0 / self.client_learning_rate)
+        log(INFO, "\t│\t└── client_lr: %s (L = %s)", self.client_lr, 1.0 / self.client_lr)
         super().summary()

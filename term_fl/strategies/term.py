@@ -10,29 +10,45 @@ report its tau-tilted loss as F_k).  Each round, over the valid replies:
     p_k = a_k exp(t F_k - t Rt),
     w  <- w - eta_s sum_k p_k (w - w_k).
 
-The math lives in :mod:`term_fl.tilting`; this class translates Messages.
+The math lives in :mod:`term_fl.tilting`; the round function
+(:meth:`TermFedAvg.round_step`) turns it into coefficients, with Rt as the
+strategy's state.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from logging import INFO
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from flwr.app import Message
 from flwr.supercore import log
-from numpy.typing import NDArray
+from pydantic import Field
 
+from term_fl.keys import TRAIN_LOSS, TRAIN_LOSS_SUM
 from term_fl.tilting import term_round
 
-from .base import Aggregation, FedAvg, partition_id_of
+from .fedavg import Aggregation, FedAvg, RoundInputs, Settings
+from .reports import Diagnostics
 
-__all__ = ["TermFedAvg"]
+__all__ = ["TermFedAvg", "TermSettings"]
 
-BASE_WEIGHTINGS = ("num_examples", "uniform")
-LOSS_REDUCTIONS = {"mean": "train_loss", "sum": "train_loss_sum"}
+LOSS_KEYS = {"mean": TRAIN_LOSS, "sum": TRAIN_LOSS_SUM}
+
+
+class TermSettings(Settings):
+    """TERM's parameters (the ``[strategy]`` fields of a scenario with ``name = "term"``)."""
+
+    t: float = Field(1.0, ge=-1000.0, le=1000.0, allow_inf_nan=False,
+                     description="device-level tilt: t > 0 fairness, t < 0 robustness, 0 the weighted average; "
+                                 "with t > 0 a client that reports a huge loss takes all the weight: see clip_loss")
+    lam: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False,
+                       description="mixing rate of the running estimate Rt across rounds (1 = no memory)")
+    base_weighting: Literal["num_examples", "uniform"] = Field(
+        "num_examples", description="base weights a_k before tilting: proportional to n_k, or uniform")
+    loss_reduction: Literal["mean", "sum"] = Field(
+        "mean", description="F_k the clients report: mean loss (train_loss) or summed loss (train_loss_sum)")
+    server_lr: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False,
+                             description="server learning rate eta_s (the reference code's step is 1/m)")
 
 
 class TermFedAvg(FedAvg):
@@ -40,18 +56,19 @@ class TermFedAvg(FedAvg):
 
     ``last_round.weights`` holds eta_s p_k (the tilted weights times the server
     learning rate, i.e. p_k with the default eta_s = 1) and
-    ``last_round.running_estimate`` holds Rt.  t = 0 with
-    ``base_weighting="num_examples"`` is FedAvg.
+    ``last_round.diagnostics["running_estimate"]`` holds Rt
+    (:attr:`running_estimate`).  t = 0 with ``base_weighting="num_examples"``
+    is FedAvg.
 
     Parameters
     ----------
-    t : float (default: 0.0)
-        Tilt across devices. t > 0 favours the devices with the highest loss
-        (fairness: uniform performance); t < 0 suppresses them (robustness to
-        corrupted devices); t = 0 is the plain weighted average. With t > 0
-        the weights trust the clients' reported losses: one client that
-        reports a huge F_k takes all the weight (``clip_loss`` of
-        :class:`term_fl.strategies.FedAvg` bounds that; see
+    t : float (default: 1.0)
+        Tilt across devices, in [-1000, 1000]. t > 0 favours the devices with
+        the highest loss (fairness: uniform performance); t < 0 suppresses
+        them (robustness to corrupted devices); t = 0 is the plain weighted
+        average. With t > 0 the weights trust the clients' reported losses:
+        one client that reports a huge F_k takes all the weight
+        (``clip_loss`` of :class:`term_fl.strategies.FedAvg` bounds that; see
         :mod:`term_fl.robust`).
     lam : float (default: 1.0)
         Mixing rate lambda in (0, 1] of the running estimate Rt of the tilted
@@ -63,9 +80,9 @@ class TermFedAvg(FedAvg):
         Which F_k the clients' replies provide: the mean loss (metric
         "train_loss") or, as the paper's reference code, the loss summed over
         the device's samples (metric "train_loss_sum").
-    server_learning_rate : float (default: 1.0)
-        eta_s in w <- w - eta_s sum_k p_k (w - w_k). The reference code's step
-        is 1/m of FedAvg's (eta_s = 1/m for m clients per round).
+    server_lr : float (default: 1.0)
+        eta_s in (0, 100] in w <- w - eta_s sum_k p_k (w - w_k). The reference
+        code's step is 1/m of FedAvg's (eta_s = 1/m for m clients per round).
     loss_key : str or None (default: None)
         Metric key of F_k; None picks it from ``loss_reduction``.
     **kwargs
@@ -77,76 +94,42 @@ class TermFedAvg(FedAvg):
     def __init__(
         self,
         *,
-        t: float = 0.0,
+        t: float = 1.0,
         lam: float = 1.0,
         base_weighting: str = "num_examples",
         loss_reduction: str = "mean",
-        server_learning_rate: float = 1.0,
+        server_lr: float = 1.0,
         loss_key: str | None = None,
         **kwargs: Any,
     ) -> None:
-        if loss_reduction not in LOSS_REDUCTIONS:
-            raise ValueError(
-                f"loss_reduction must be one of {sorted(LOSS_REDUCTIONS)}, got {loss_reduction!r}."
-            )
-        super().__init__(loss_key=loss_key or LOSS_REDUCTIONS[loss_reduction], **kwargs)
-        if not math.isfinite(t):
-            raise ValueError(f"t must be a finite number, got {t!r}.")
-        if not 0.0 < lam <= 1.0:
-            raise ValueError(f"lam must be in (0, 1], got {lam!r}.")
-        if base_weighting not in BASE_WEIGHTINGS:
-            raise ValueError(
-                f"base_weighting must be one of {list(BASE_WEIGHTINGS)}, got {base_weighting!r}."
-            )
-        if not (math.isfinite(server_learning_rate) and server_learning_rate > 0):
-            raise ValueError(
-                f"server_learning_rate must be a positive number, got {server_learning_rate!r}."
-            )
-        self.t = float(t)
-        self.lam = float(lam)
-        self.base_weighting = base_weighting
-        self.loss_reduction = loss_reduction
-        self.server_learning_rate = float(server_learning_rate)
-        self.running_estimate: float | None = None
+        settings = TermSettings.of(type(self).__name__, t=t, lam=lam, base_weighting=base_weighting,
+                                   loss_reduction=loss_reduction, server_lr=server_lr)
+        super().__init__(loss_key=loss_key or LOSS_KEYS[settings.loss_reduction], **kwargs)
+        self.settings = settings
+        self.t = settings.t
+        self.lam = settings.lam
+        self.base_weighting = settings.base_weighting
+        self.loss_reduction = settings.loss_reduction
+        self.server_lr = settings.server_lr
 
-    def compute_aggregation(
-        self,
-        server_round: int,
-        replies: Sequence[Message],
-        losses: NDArray[np.float64],
-        num_examples: NDArray[np.float64],
-    ) -> Aggregation:
-        """c_k = eta_s p_k from :func:`term_fl.tilting.term_round`; updates Rt."""
-        base = num_examples if self.base_weighting == "num_examples" else None
-        result = term_round(losses, base, self.t, self.lam, self.running_estimate)
-        self.running_estimate = result.running_estimate
-        coefficients = self.server_learning_rate * result.weights
-        log(
-            INFO,
-            "aggregate_train: round %d, t = %s: R_S = %.6g, Rt = %.6g",
-            server_round,
-            self.t,
-            result.batch_objective,
+    @property
+    def running_estimate(self) -> float | None:
+        """Rt after the last round (None before the first valid round): the strategy's state."""
+        return self.state
+
+    def round_step(self, inputs: RoundInputs, state: float | None) -> tuple[Aggregation, float]:
+        """c_k = eta_s p_k and g = 1 - sum_k c_k from :func:`term_fl.tilting.term_round`; the state is Rt."""
+        base = inputs.num_examples if self.base_weighting == "num_examples" else None
+        result = term_round(inputs.losses, base, self.t, self.lam, state)
+        coefficients = self.server_lr * result.weights
+        return (
+            Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients))),
             result.running_estimate,
         )
-        for msg, loss, weight in zip(replies, losses, result.weights, strict=True):
-            log(
-                INFO,
-                "\t> node %d (partition %s): F_k = %.6g, tilted weight %.6g",
-                msg.metadata.src_node_id,
-                partition_id_of(msg, self.partition_key),
-                loss,
-                weight,
-            )
-        return Aggregation(
-            coefficients,
-            global_coefficient=1.0 - float(np.sum(coefficients)),
-            running_estimate=result.running_estimate,
-        )
 
-    def current_running_estimate(self) -> float | None:
-        """Rt, unchanged by a round without valid replies."""
-        return self.running_estimate
+    def state_diagnostics(self, state: float | None) -> Diagnostics:
+        """Rt, as ``running_estimate`` (kept through a round without valid replies)."""
+        return {} if state is None else {"running_estimate": state}
 
     def summary(self) -> None:
         """Log the TERM settings, then the shared ones."""
@@ -155,5 +138,5 @@ class TermFedAvg(FedAvg):
             "fairness" if self.t > 0 else "robustness" if self.t < 0 else "FedAvg weights")
         log(INFO, "\t│\t├── lam: %s | base weighting: %s", self.lam, self.base_weighting)
         log(INFO, "\t│\t├── loss: %s ('%s')", self.loss_reduction, self.loss_key)
-        log(INFO, "\t│\t└── server_learning_rate: %s", self.server_learning_rate)
+        log(INFO, "\t│\t└── server_lr: %s", self.server_lr)
         super().summary()

@@ -1,0 +1,306 @@
+"""Every use of Flower's internals, in one place, behind one version check.
+
+term-fl's speed work reaches into Flower 1.42 where its public API costs too
+much (each measured: benchmarks/README.md). All of it lives here:
+
+- the Array codec (:func:`to_array`, :func:`from_array` and the record
+  versions): byte-identical to Flower's ``Array(ndarray)`` / ``Array.numpy()``,
+  without parsing the ``.npy`` header of every array;
+- :func:`records_of`: the records of one type in a RecordDict, without the
+  synchronised typed views (``content.metric_records`` ...) Flower builds per call;
+- :func:`set_message_id`: the in-process engine names the messages it
+  delivers (Flower's own grids write the same private field: there is no
+  public setter);
+- :func:`linear_dispatcher`: replaces ``vce_api.add_messages_to_queue`` of the
+  Simulation Engine, whose poll costs nodes x messages;
+- :func:`reusing_client_actors`: patches ``RayBackend.build`` / ``terminate``
+  and reads ``BasicActorPool._future_to_actor`` so that a sweep reuses the
+  ClientApp actors of the previous simulation.
+
+They were written against Flower :data:`SUPPORTED`. On any other version
+:func:`fast_paths` is False, a warning says so once, and every function here
+takes its plain path through Flower's public API (slower, the same numbers);
+``tests/test_flower_internals.py`` fails on purpose until someone checks them
+against the new version. ``TERM_FL_FLOWER_INTERNALS=off`` forces the plain
+paths (``TERM_FL_DISPATCHER=flower`` turns off the dispatcher alone).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from queue import Queue
+from typing import Any, TypeVar
+
+import flwr
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+
+SUPPORTED = "1.42."  # the Flower versions (prefix) these internals were checked against
+ENV = "TERM_FL_FLOWER_INTERNALS"  # "off": plain public-API paths everywhere
+DISPATCHER_ENV = "TERM_FL_DISPATCHER"  # "flower": keep Flower's dispatcher (the other fast paths stay)
+
+log = logging.getLogger("term_fl")
+_warned: set[str] = set()
+
+
+def fast_paths() -> bool:
+    """Whether the installed Flower is the one these internals were written for, and they are not turned off."""
+    if os.environ.get(ENV, "on") == "off":
+        return False
+    version = flwr.__version__
+    if version.startswith(SUPPORTED):
+        return True
+    if version not in _warned:
+        _warned.add(version)
+        log.warning(
+            "term-fl's fast paths into Flower's internals were written for Flower %sx, this is Flower %s: "
+            "using Flower's public API instead (same numbers, slower). See term_fl/flower_internals.py.",
+            SUPPORTED, version,
+        )
+    return False
+
+
+# -- the Array codec -------------------------------------------------------------
+#
+# Flower stores an Array as the .npy bytes of the array (np.save(...,
+# allow_pickle=False)) and decodes it with np.load, which parses the header
+# (ast.literal_eval) every time. A federated round moves the same few shapes
+# over and over: each (dtype, shape) header is built once with np.save, a
+# C-contiguous array is encoded as header + array.tobytes() (exactly the bytes
+# np.save writes) and data whose first bytes are that header are decoded with
+# np.frombuffer. Anything else (another serialisation type, Fortran order,
+# byte-swapped, object arrays, a truncated buffer) goes through Flower's own code.
+
+NUMPY_STYPE = "numpy.ndarray"  # flwr's SType.NUMPY
+_MAX_HEADERS = 1024
+_headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+
+
+def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """The ``.npy`` header ``np.save`` writes for a C-ordered array of this dtype and shape."""
+    key = (dtype.str, shape)
+    header = _headers.get(key)
+    if header is None:
+        buffer = io.BytesIO()
+        np.save(buffer, np.empty(shape, dtype=dtype), allow_pickle=False)
+        data = buffer.getvalue()
+        header = data[: len(data) - dtype.itemsize * math.prod(shape)]
+        if len(_headers) >= _MAX_HEADERS:
+            _headers.clear()
+        _headers[key] = header
+    return header
+
+
+def to_array(value: np.ndarray) -> Array:
+    """A Flower ``Array`` holding ``value`` (the bytes ``Array(value)`` would hold)."""
+    value = np.asarray(value)
+    if value.dtype.hasobject or not value.flags.c_contiguous or not fast_paths():
+        return Array(value)
+    shape = value.shape
+    data = _header(value.dtype, shape) + value.tobytes()
+    return Array(dtype=str(value.dtype), shape=shape, stype=NUMPY_STYPE, data=data)
+
+
+def from_array(array: Array) -> np.ndarray:
+    """The numpy array an ``Array`` holds (a writable copy, like ``Array.numpy()``)."""
+    if array.stype == NUMPY_STYPE and fast_paths():
+        try:
+            dtype = np.dtype(array.dtype)
+        except TypeError:
+            dtype = None
+        if dtype is not None and not dtype.hasobject:
+            shape = tuple(array.shape)
+            header = _header(dtype, shape)
+            data = array.data
+            if len(data) == len(header) + dtype.itemsize * math.prod(shape) and data.startswith(header):
+                return np.frombuffer(data, dtype=dtype, offset=len(header)).reshape(shape).copy()
+    return array.numpy()
+
+
+def to_array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
+    """An ``ArrayRecord`` of ``arrays`` (keys in order).
+
+    Filled item by item: ``ArrayRecord(dict_of_arrays)`` would copy every
+    ``Array`` once more.
+    """
+    record = ArrayRecord()
+    for key, value in arrays.items():
+        record[key] = to_array(value)
+    return record
+
+
+def from_array_record(record: ArrayRecord) -> dict[str, np.ndarray]:
+    """The arrays of a record as numpy (keys in order); the record is left intact (no ``gc.collect``)."""
+    return {key: from_array(array) for key, array in record.items()}
+
+
+# -- records and messages ----------------------------------------------------------
+
+RecordT = TypeVar("RecordT", ArrayRecord, MetricRecord, ConfigRecord)
+_TYPED_VIEWS = {ArrayRecord: "array_records", MetricRecord: "metric_records", ConfigRecord: "config_records"}
+
+
+def records_of(content: RecordDict, kind: type[RecordT]) -> list[RecordT]:
+    """The records of one type in a RecordDict, in order (what ``content.metric_records`` ... hold).
+
+    The fast path reads the RecordDict's items instead of building Flower's
+    synchronised typed view, a cost per call and per reply.
+    """
+    if fast_paths():
+        return [record for record in content.values() if isinstance(record, kind)]
+    return list(getattr(content, _TYPED_VIEWS[kind]).values())
+
+
+def set_message_id(msg: Message, message_id: str) -> None:
+    """Give a message its id, as Flower's own grids do when they store it (no public setter exists)."""
+    msg.metadata.__dict__["_message_id"] = message_id
+
+
+# -- the Simulation Engine's message dispatcher -------------------------------------
+#
+# Flower 1.42's vce_api.add_messages_to_queue polls every 0.1 s with one
+# LinkState.get_message_ins(node_id, limit=1) per registered node, and each of
+# those scans every stored message: nodes x messages work per poll, under the
+# state's lock. With 10,000 virtual nodes a round then costs seconds even when
+# 100 clients are sampled (benchmarks/README.md, 'scale'). The linear dispatcher
+# scans the stored messages once per poll, under the same lock, runs Flower's
+# own _check_stored_messages (TTL and run checks) on the undelivered
+# candidates, and hands out at most one message per node per poll, as limit=1
+# does; it polls every 10 ms instead of every 100 ms. The wait between polls is
+# at least POLL_S and at least LOCK_SHARE^-1 - 1 times the last scan, so the
+# scans hold the state's lock at most ~LOCK_SHARE of the time (many thousand
+# stored messages, e.g. discovery at 10,000 nodes).
+
+POLL_S = 0.01
+LOCK_SHARE = 0.1
+
+
+def add_messages_to_queue(state: Any, queue: Queue, nodes_mapping: dict[int, int], f_stop: threading.Event) -> None:
+    """Drop-in for ``flwr.server.superlink.fleet.vce.vce_api.add_messages_to_queue``."""
+    from flwr.supercore.date import now
+
+    while not f_stop.is_set():
+        batch = []
+        with state.lock:
+            started = time.perf_counter()  # the scan, not the wait for the lock
+            candidates = [
+                msg_id
+                for msg_id, msg in list(state.message_ins_store.items())
+                if msg.metadata.delivered_at == "" and msg.metadata.dst_node_id in nodes_mapping
+            ]
+            if candidates:
+                state._check_stored_messages(set(candidates))  # noqa: SLF001 - Flower's own validity checks
+                stamp = now().isoformat()
+                seen: set[int] = set()
+                for msg_id in candidates:
+                    msg = state.message_ins_store.get(msg_id)
+                    if msg is None or msg.metadata.dst_node_id in seen:
+                        continue
+                    seen.add(msg.metadata.dst_node_id)
+                    msg.metadata.delivered_at = stamp
+                    batch.append(msg)
+        scan_s = time.perf_counter() - started
+        for msg in batch:
+            queue.put(msg)
+        f_stop.wait(max(POLL_S, scan_s * (1.0 / LOCK_SHARE - 1.0)))
+
+
+def dispatcher_wanted() -> bool:
+    """Whether the linear dispatcher applies (supported Flower, not turned off)."""
+    return os.environ.get(DISPATCHER_ENV, "linear") != "flower" and fast_paths()
+
+
+@contextmanager
+def linear_dispatcher() -> Iterator[bool]:
+    """Use the linear dispatcher inside the block (nested blocks are no-ops); yields whether it is on."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = vce_api.add_messages_to_queue
+    if original is add_messages_to_queue or not dispatcher_wanted():
+        yield original is add_messages_to_queue
+        return
+    vce_api.add_messages_to_queue = add_messages_to_queue  # run_api looks it up at call time
+    try:
+        yield True
+    finally:
+        vce_api.add_messages_to_queue = original
+
+
+# -- reusing the ClientApp actors of Flower's Ray backend ---------------------------
+
+
+@dataclass
+class ActorReuse:
+    """The actor pool kept between simulations by :func:`reusing_client_actors`, and how often it was reused."""
+
+    pool: Any = None
+    reused: int = 0
+    enabled: bool = field(default=True)
+
+    def drop(self) -> None:
+        """Terminate the kept actors (a simulation ended with actors busy or lost, or the session ends)."""
+        pool, self.pool = self.pool, None
+        if pool is not None:
+            pool.terminate_all_actors()
+
+
+def _idle(pool: Any) -> bool:
+    """Every actor of a Flower ``BasicActorPool`` is back in the pool, none lost or busy."""
+    return not pool._future_to_actor and len(pool.pool) == pool.num_actors  # noqa: SLF001
+
+
+@contextmanager
+def reusing_client_actors() -> Iterator[ActorReuse]:
+    """Inside the block, a simulation reuses the previous one's ClientApp actors.
+
+    Flower 1.42's Ray backend starts new ClientApp actors for every
+    simulation. Inside this block ``RayBackend.build`` reuses the kept pool
+    when it asks for the same resources and all its actors came back idle,
+    and ``RayBackend.terminate`` keeps an idle pool running for the next
+    simulation; a pool left busy or with lost actors is terminated. The kept
+    actors are terminated when the block ends. Without the fast paths
+    (another Flower version) nothing is patched: every simulation starts its
+    own actors, as in Flower.
+    """
+    reuse = ActorReuse(enabled=fast_paths())
+    if not reuse.enabled:
+        yield reuse
+        return
+    from flwr.server.superlink.fleet.vce.backend import raybackend
+
+    original_build = raybackend.RayBackend.build
+    original_terminate = raybackend.RayBackend.terminate
+
+    def build_reusing_actors(self: Any, app_fn: Any) -> None:
+        pool = reuse.pool
+        if pool is not None and pool.client_resources == self.client_resources and _idle(pool):
+            self.pool, self.app_fn = pool, app_fn
+            reuse.reused += 1
+            return
+        reuse.drop()
+        original_build(self, app_fn)
+        reuse.pool = self.pool
+
+    def keep_idle_actors(self: Any) -> None:
+        if self.pool is not None and not _idle(self.pool):
+            if reuse.pool is self.pool:
+                reuse.drop()
+            else:
+                self.pool.terminate_all_actors()
+
+    raybackend.RayBackend.build = build_reusing_actors
+    raybackend.RayBackend.terminate = keep_idle_actors
+    try:
+        yield reuse
+    finally:
+        raybackend.RayBackend.build = original_build
+        raybackend.RayBackend.terminate = original_terminate
+        reuse.drop()

@@ -1,0 +1,69 @@
+"""Model arithmetic of the aggregation: one update rule for every strategy.
+
+``w_new = g w + sum_k c_k w_k`` (:func:`combine_models`, float64, one client
+model at a time), where a strategy's round function only chooses the
+coefficients c_k and g (FedAvg: c_k = n_k / sum n, g = 0; TERM and q-FFL:
+g = 1 - sum_k c_k).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+from flwr.app import ArrayRecord, Message
+from numpy.typing import NDArray
+
+from term_fl.flower_internals import from_array_record, to_array_record
+
+from .replies import arrays_of
+
+__all__ = ["combine_models", "local_models", "record_like"]
+
+
+def combine_models(
+    local_models: Iterable[Mapping[str, NDArray]],
+    coefficients: Sequence[float],
+    global_model: Mapping[str, NDArray] | None = None,
+    global_coefficient: float = 0.0,
+) -> dict[str, NDArray[np.float64]]:
+    """w_new = global_coefficient * w + sum_k c_k w_k, in float64.
+
+    ``local_models`` may be a generator: models are folded into the sum one at
+    a time, so memory does not grow with the number of clients.  The global
+    term is skipped when ``global_coefficient`` is 0 (then ``global_model`` may
+    be None).
+    """
+    total: dict[str, NDArray[np.float64]] | None = None
+    for model, c in zip(local_models, coefficients, strict=True):
+        if total is None:
+            total = {k: c * np.asarray(v, dtype=np.float64) for k, v in model.items()}
+        else:
+            for k, v in model.items():
+                total[k] += c * np.asarray(v, dtype=np.float64)
+    if total is None:
+        raise ValueError("combine_models needs at least one local model.")
+    if global_coefficient != 0.0:
+        if global_model is None:
+            raise ValueError("global_model is required when global_coefficient != 0.")
+        for k, v in global_model.items():
+            total[k] += global_coefficient * np.asarray(v, dtype=np.float64)
+    return total
+
+
+def record_like(arrays: Mapping[str, NDArray], like: ArrayRecord) -> ArrayRecord:
+    """An ArrayRecord with the keys (in order) and dtypes of ``like`` holding ``arrays`` (integers rounded)."""
+    out = {}
+    for key, template in like.items():
+        dtype = np.dtype(template.dtype)
+        value = np.asarray(arrays[key])
+        if dtype.kind in "iub":
+            value = np.rint(value)
+        out[key] = np.ascontiguousarray(value.astype(dtype))
+    return to_array_record(out)
+
+
+def local_models(replies: Sequence[Message]) -> Iterator[dict[str, NDArray]]:
+    """Decode the model of each (valid) training reply, one at a time."""
+    for msg in replies:
+        yield from_array_record(arrays_of(msg))

@@ -1,0 +1,111 @@
+"""The strategy registry: one entry per strategy, the only list of them.
+
+An entry names the strategy (``strategy.name`` of a scenario), its class, its
+settings model (the scenario's ``[strategy]`` fields for it, with defaults,
+ranges and descriptions), its label, the parameters a sweep tunes on
+validation and names cells by, and the client settings it takes. The
+scenario schema, the server loop, the comparison, the results store and the
+dashboard all read this list; adding a strategy is one module and one entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .afl import AFL, AFLSettings
+from .fedavg import Defences, FedAvg, Settings
+from .qffl import QFFL, QFFLSettings
+from .term import TermFedAvg, TermSettings
+
+__all__ = ["COMMON_SETTINGS", "PARAM_KEYS", "STRATEGIES", "StrategySpec", "build_strategy", "cell_label",
+           "strategy_order"]
+
+
+@dataclass(frozen=True)
+class StrategySpec:
+    """One strategy as the rest of term-fl sees it.
+
+    Attributes
+    ----------
+    name : str
+        Its value of ``strategy.name`` (and in the store, summaries, tables).
+    label : str
+        How people call it ("TERM", "q-FFL").
+    strategy : type[FedAvg]
+        The Flower strategy class; its keyword arguments are the settings'
+        fields plus ``from_client``'s keys.
+    settings : type[Settings]
+        Its parameters: the ``[strategy]`` fields a scenario sets for it.
+    tuned : tuple of str
+        Parameters that a sweep varies and picks on validation, and that name
+        a cell ("term t=20").
+    shown : tuple of str
+        Parameters listed beside the name in tables, comparison rows and the
+        dashboard (the tuned ones first).
+    from_client : mapping
+        Parameters taken from the scenario's ``[client]`` table:
+        parameter -> client field (q-FFL's L = 1 / client_lr).
+    """
+
+    name: str
+    label: str
+    strategy: type[FedAvg]
+    settings: type[Settings]
+    tuned: tuple[str, ...] = ()
+    shown: tuple[str, ...] = ()
+    from_client: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shown", tuple(dict.fromkeys((*self.tuned, *self.shown))))
+
+    def params(self, strategy_table: Any, client_table: Any) -> dict[str, Any]:
+        """The strategy's parameters from a scenario's ``[strategy]`` and ``[client]`` tables (validated models)."""
+        values = {key: getattr(strategy_table, key) for key in self.settings.model_fields}
+        values.update({key: getattr(client_table, source) for key, source in self.from_client.items()})
+        return values
+
+
+STRATEGIES: dict[str, StrategySpec] = {
+    spec.name: spec
+    for spec in (
+        StrategySpec("fedavg", "FedAvg", FedAvg, Settings),
+        StrategySpec("qffl", "q-FFL", QFFL, QFFLSettings, tuned=("q",), from_client={"client_lr": "lr"}),
+        StrategySpec("term", "TERM", TermFedAvg, TermSettings, tuned=("t",), shown=("lam",)),
+        StrategySpec("afl", "AFL", AFL, AFLSettings, tuned=("lambda_lr",)),
+    )
+}
+
+COMMON_SETTINGS: type[Settings] = Defences
+"""Settings every strategy takes (the FedAvg template's defences), in the scenario's [strategy] table too."""
+
+PARAM_KEYS: tuple[str, ...] = (*dict.fromkeys(key for spec in STRATEGIES.values() for key in spec.shown), "tau")
+"""The parameters tables show beside a strategy's name, in order: every strategy's shown ones, and the client's tau."""
+
+
+def build_strategy(name: str, **params: Any) -> FedAvg:
+    """Build the strategy called ``name`` with ``params`` (its class's keyword arguments)."""
+    try:
+        spec = STRATEGIES[name]
+    except KeyError:
+        raise ValueError(f"Unknown strategy {name!r}; allowed names: {', '.join(STRATEGIES)}.") from None
+    return spec.strategy(**params)
+
+
+def cell_label(strategy: Mapping[str, Any]) -> str:
+    """'term t=1', 'qffl q=5', 'fedavg': the name and its tuned parameters, with tau when a client-side tilt is used."""
+    name = strategy.get("name", "?")
+    parts = [name]
+    spec = STRATEGIES.get(name)
+    for key in spec.tuned if spec else ():
+        parts.append(f"{key}={strategy.get(key):g}")
+    if strategy.get("tau"):
+        parts.append(f"tau={strategy.get('tau'):g}")
+    return " ".join(parts)
+
+
+def strategy_order(name: str) -> int:
+    """The rank of a strategy in tables (registry order; unknown names last)."""
+    names = list(STRATEGIES)
+    return names.index(name) if name in names else len(names)

@@ -1,0 +1,213 @@
+"""Reading and checking the replies of a round: one reply filter for every strategy and the server loop.
+
+DESIGN.md 'Replies': error replies, missing keys, non-finite losses or
+arrays are excluded with a warning naming the node (Flower's own consistency
+check would otherwise abort the run, and QFedAvg would turn a NaN loss into a
+NaN model); the valid replies are sorted by partition-id before any sum
+(float32 sums in arrival order differ run to run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from logging import INFO, WARNING
+
+import numpy as np
+from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.supercore import log
+from numpy.typing import NDArray
+
+from term_fl.flower_internals import from_array, records_of
+from term_fl.keys import PARTITION_ID
+
+from .reports import ExcludedReply
+
+__all__ = ["arrays_of", "filter_replies", "metric_values", "metrics_of", "partition_id_of", "sent_index"]
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def metrics_of(msg: Message) -> MetricRecord | None:
+    """The only MetricRecord of a reply; None for an error reply or one without exactly one."""
+    if msg.has_error() or not msg.has_content():
+        return None
+    records = records_of(msg.content, MetricRecord)
+    return records[0] if len(records) == 1 else None
+
+
+def arrays_of(msg: Message) -> ArrayRecord:
+    """The only ArrayRecord of a valid training reply."""
+    return records_of(msg.content, ArrayRecord)[0]
+
+
+def metric_values(replies: Sequence[Message], key: str) -> NDArray[np.float64]:
+    """The metric ``key`` of each (validated) reply as a float64 array."""
+    return np.array([float(metrics_of(msg)[key]) for msg in replies], dtype=np.float64)
+
+
+def partition_id_of(msg: Message, partition_key: str = PARTITION_ID) -> int | None:
+    """The partition id a reply reports, or None when it carries no usable one."""
+    metrics = metrics_of(msg)
+    value = None if metrics is None else metrics.get(partition_key)
+    if _is_number(value) and math.isfinite(value) and float(value).is_integer():
+        return int(value)
+    return None
+
+
+def _sort_key(msg: Message, partition_key: str) -> tuple[int, int, int]:
+    partition = partition_id_of(msg, partition_key)
+    node = msg.metadata.src_node_id
+    return (0, partition, node) if partition is not None else (1, node, 0)
+
+
+def _metrics_problem(
+    msg: Message,
+    required_metrics: Sequence[str],
+    positive_metrics: Sequence[str],
+    nonnegative_metrics: Sequence[str],
+) -> str | None:
+    if msg.has_error():
+        return f"error reply (code {msg.error.code}): {msg.error.reason}"
+    if not msg.has_content():
+        return "reply has no content"
+    records = records_of(msg.content, MetricRecord)
+    if len(records) != 1:
+        return f"expected exactly one MetricRecord, found {len(records)}"
+    metrics = records[0]
+    for key in required_metrics:
+        if key not in metrics:
+            return f"missing metric '{key}'"
+        value = metrics[key]
+        if not _is_number(value):
+            return f"metric '{key}' is not a number: {value!r}"
+        if not math.isfinite(value):
+            return f"metric '{key}' is not finite: {value}"
+        if key in positive_metrics and value <= 0:
+            return f"metric '{key}' must be > 0, got {value}"
+        if key in nonnegative_metrics and value < 0:
+            return f"metric '{key}' must be >= 0, got {value}"
+    return None
+
+
+def _arrays_problem(msg: Message, reference: ArrayRecord | None) -> str | None:
+    records = records_of(msg.content, ArrayRecord)
+    if len(records) != 1:
+        return f"expected exactly one ArrayRecord, found {len(records)}"
+    record = records[0]
+    if reference is not None:
+        if set(record.keys()) != set(reference.keys()):
+            return (
+                f"array keys {sorted(record.keys())} differ from the global "
+                f"model's {sorted(reference.keys())}"
+            )
+        for key, array in record.items():
+            if tuple(array.shape) != tuple(reference[key].shape):
+                return (
+                    f"array '{key}' has shape {tuple(array.shape)}, the global "
+                    f"model's is {tuple(reference[key].shape)}"
+                )
+    for key, array in record.items():
+        try:
+            values = from_array(array)
+        except (TypeError, ValueError) as err:
+            return f"array '{key}' cannot be decoded: {err}"
+        if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
+            return f"array '{key}' has non-finite values"
+    return None
+
+
+def filter_replies(
+    replies: Iterable[Message],
+    *,
+    require_arrays: bool,
+    required_metrics: Sequence[str],
+    partition_key: str = PARTITION_ID,
+    reference_arrays: ArrayRecord | None = None,
+    positive_metrics: Sequence[str] = (),
+    nonnegative_metrics: Sequence[str] = (),
+    context: str = "aggregate",
+    sent: Mapping[str, tuple[int, int | None]] | None = None,
+) -> tuple[list[Message], list[ExcludedReply]]:
+    """Split replies into valid ones (sorted) and excluded ones (logged).
+
+    A reply is excluded, with a WARNING naming its node (and partition when
+    known), when it is an error reply, does not hold exactly one MetricRecord,
+    lacks a required metric or holds a non-numeric / NaN / inf value for one
+    (or a non-positive / negative one where ``positive_metrics`` /
+    ``nonnegative_metrics`` ask), and, when ``require_arrays``, does not hold
+    exactly one ArrayRecord, holds array keys or shapes other than
+    ``reference_arrays`` (the global model) or non-finite array values.
+    Without ``reference_arrays`` the reference is the first otherwise valid
+    reply in partition order.
+
+    Parameters
+    ----------
+    replies : Iterable[Message]
+        The replies (consumed once).
+    require_arrays : bool
+        True for training replies.
+    required_metrics : sequence of str
+        Metric keys that must hold finite numbers.
+    partition_key : str (default: "partition-id")
+        Metric key of the partition id, used to sort and to name replies.
+    reference_arrays : ArrayRecord, optional
+        The global model sent this round.
+    positive_metrics, nonnegative_metrics : sequence of str
+        Subsets of ``required_metrics`` that must be > 0 / >= 0.
+    context : str
+        Prefix of the log lines (e.g. "aggregate_train").
+    sent : mapping, optional
+        Message id -> (node id, partition id) of the instructions sent this
+        round (see :func:`sent_index`). Names the node a reply answers for when
+        the reply does not come from it: Flower's SuperLink answers for an
+        unavailable node with an error reply of its own.
+
+    Returns
+    -------
+    tuple[list[Message], list[ExcludedReply]]
+        Valid replies sorted by partition id (then node id; replies without a
+        partition id last, by node id), and the excluded replies.
+    """
+    materialised = sorted(replies, key=lambda msg: _sort_key(msg, partition_key))
+    valid: list[Message] = []
+    excluded: list[ExcludedReply] = []
+    for msg in materialised:
+        reason = _metrics_problem(msg, required_metrics, positive_metrics, nonnegative_metrics)
+        if reason is None and require_arrays:
+            reason = _arrays_problem(msg, reference_arrays)
+            if reason is None and reference_arrays is None:
+                reference_arrays = arrays_of(msg)
+        if reason is None:
+            valid.append(msg)
+            continue
+        node_id, partition_id = msg.metadata.src_node_id, partition_id_of(msg, partition_key)
+        if sent and msg.metadata.reply_to_message_id in sent:
+            node_id, sent_partition = sent[msg.metadata.reply_to_message_id]
+            partition_id = sent_partition if partition_id is None else partition_id
+        item = ExcludedReply(node_id, partition_id, reason)
+        excluded.append(item)
+        log(
+            WARNING,
+            "%s: excluding reply from node %d (partition %s): %s",
+            context,
+            item.node_id,
+            "unknown" if item.partition_id is None else item.partition_id,
+            reason,
+        )
+    log(INFO, "%s: %d valid replies, %d excluded", context, len(valid), len(excluded))
+    return valid, excluded
+
+
+def sent_index(
+    messages: Iterable[Message], node_partitions: Mapping[int, int] | None = None
+) -> dict[str, tuple[int, int | None]]:
+    """Message id -> (destination node, its partition) of messages already pushed."""
+    partitions = node_partitions or {}
+    return {
+        m.metadata.message_id: (m.metadata.dst_node_id, partitions.get(m.metadata.dst_node_id))
+        for m in messages
+        if m.metadata.message_id
+    }

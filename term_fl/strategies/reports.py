@@ -1,0 +1,91 @@
+"""What a strategy reports about a round: the replies it used, the weights it applied, its diagnostics.
+
+A :class:`TrainReport` is returned by :meth:`FedAvg.aggregate_round
+<term_fl.strategies.FedAvg.aggregate_round>` (the server loop records it) and
+kept as ``strategy.last_round`` for plug-in users of Flower's own loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+from numpy.typing import NDArray
+
+Diagnostics = dict[str, "float | list[float]"]
+"""Strategy-specific numbers of a round, by name: TERM's ``running_estimate`` (Rt), AFL's ``mixture_weights``."""
+
+
+class ExcludedReply(NamedTuple):
+    """A reply left out of aggregation, and why."""
+
+    node_id: int
+    partition_id: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrainReport:
+    """What one training round aggregated.
+
+    Attributes
+    ----------
+    server_round : int
+        The round.
+    partition_ids : list[int]
+        Partition id of each valid reply, in the (sorted) order aggregated; -1
+        where a reply carried none.
+    node_ids : list[int]
+        Node id of each valid reply, same order.
+    losses : numpy.ndarray
+        F_k, the loss of the incoming global model each reply reported under
+        the strategy's ``loss_key`` (before ``clip_loss``, when that defence
+        is on).
+    num_examples : numpy.ndarray
+        n_k (metric ``weighted_by_key``).
+    weights : numpy.ndarray
+        The coefficients c_k actually applied in
+        ``w_new = (1 - sum_k c_k) w + sum_k c_k w_k``: n_k / sum n for FedAvg,
+        eta_s p_k for TERM, L F_k^q / sum_j h_j for q-FFL, AFL's lambda
+        renormalised over the sampled devices.
+    diagnostics : dict
+        The strategy's own numbers after the round (TERM: ``running_estimate``
+        Rt; AFL: ``mixture_weights``, lambda over every partition); empty for
+        FedAvg and q-FFL. A round without valid replies reports the state it
+        left unchanged.
+    metrics : list[dict]
+        The MetricRecord of each valid reply, as a dict, same order.
+    excluded : list[ExcludedReply]
+        Replies left out, with the reason.
+    """
+
+    server_round: int
+    partition_ids: list[int]
+    node_ids: list[int]
+    losses: NDArray[np.float64]
+    num_examples: NDArray[np.float64]
+    weights: NDArray[np.float64]
+    diagnostics: Diagnostics = field(default_factory=dict)
+    metrics: list[dict[str, float | int | list[float] | list[int]]] = field(default_factory=list)
+    excluded: list[ExcludedReply] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """True when no reply was valid (the model was left unchanged)."""
+        return not self.node_ids
+
+
+@dataclass(frozen=True)
+class EvaluationReport:
+    """What one evaluation round aggregated (``FedAvg.last_evaluation``).
+
+    ``metrics[i]`` is the MetricRecord (as a dict) of the reply from
+    ``node_ids[i]`` / ``partition_ids[i]``, sorted by partition id.
+    """
+
+    server_round: int
+    partition_ids: list[int]
+    node_ids: list[int]
+    metrics: list[dict[str, float | int | list[float] | list[int]]]
+    excluded: list[ExcludedReply] = field(default_factory=list)
