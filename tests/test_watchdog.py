@@ -25,7 +25,7 @@ RUN = textwrap.dedent(f"""
     watchdog_module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(watchdog_module)
     orphan_guard = watchdog_module.orphan_guard
-    with orphan_guard() as watchdog:
+    with orphan_guard(sys.argv[2]) as watchdog:
         child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
         print(watchdog.proc.pid, child.pid, flush=True)
         if sys.argv[1] == "normal":
@@ -50,29 +50,33 @@ def wait_gone(pids, timeout: float) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def start(mode: str):
-    proc = subprocess.Popen([sys.executable, "-c", RUN, mode], stdout=subprocess.PIPE, text=True)
+def start(mode: str, folder: Path):
+    folder.mkdir()
+    (folder / "session.log").write_text("Ray's logs")
+    proc = subprocess.Popen([sys.executable, "-c", RUN, mode, str(folder)], stdout=subprocess.PIPE, text=True)
     watchdog_pid, child_pid = map(int, proc.stdout.readline().split())
     return proc, watchdog_pid, child_pid
 
 
-def test_a_sigkilled_run_leaves_no_process_behind():
-    proc, watchdog_pid, child_pid = start("killed")
+def test_a_sigkilled_run_leaves_no_process_and_no_temporary_folder_behind(tmp_path):
+    proc, watchdog_pid, child_pid = start("killed", tmp_path / "ray-tmp")
     try:
         time.sleep(1.5)  # the watchdog notes the child at its next look (every 0.5 s)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         assert wait_gone([child_pid, watchdog_pid], timeout=10) == []
+        assert not (tmp_path / "ray-tmp").exists()
     finally:
         for pid in (child_pid, watchdog_pid):
             if alive(pid):
                 os.kill(pid, signal.SIGKILL)
 
 
-def test_a_run_that_ends_normally_releases_the_watchdog_without_signalling_anything():
-    proc, watchdog_pid, child_pid = start("normal")
+def test_a_run_that_ends_normally_releases_the_watchdog_without_signalling_anything(tmp_path):
+    proc, watchdog_pid, child_pid = start("normal", tmp_path / "ray-tmp")
     assert proc.wait(timeout=30) == 0
     assert wait_gone([watchdog_pid], timeout=10) == []
+    assert (tmp_path / "ray-tmp" / "session.log").is_file()  # the run's own cleanup is the run's business
 
 
 def test_descendants_lists_children_and_grandchildren_only():

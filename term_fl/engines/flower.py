@@ -112,7 +112,7 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
     temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
-    guard = orphan_guard()  # Ray's agents and workers outlive a driver killed with SIGKILL
+    guard = orphan_guard(temp_dir)  # Ray's agents and workers outlive a driver killed with SIGKILL
     watchdog = guard.__enter__()
     interrupted = False
     try:
@@ -259,7 +259,7 @@ def run_flower_simulation(
 
     in_session = bool(_session)
     ray_temp_dir = _session.get("temp_dir") or tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
-    guard = contextlib.nullcontext() if in_session else orphan_guard()
+    guard = contextlib.nullcontext() if in_session else orphan_guard(ray_temp_dir)
     watchdog = guard.__enter__()  # Ray's agents and workers outlive a driver killed with SIGKILL
     interrupted = False
     try:

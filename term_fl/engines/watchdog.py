@@ -7,8 +7,9 @@ run that, twice a second, notes every descendant of the run's process (pid
 and start time, so a reused pid is never touched). When the run's process
 dies without saying goodbye (its parent pid changes: SIGKILL, OOM kill), the
 watchdog sends SIGTERM to the noted processes that still exist, then SIGKILL
-to those still there after ``GRACE_S``, and exits. A run that ends normally
-tells it to exit without touching anything.
+to those still there after ``GRACE_S``, removes the run's temporary folders
+(Ray's session logs), and exits. A run that ends normally tells it to exit
+without touching anything.
 
 Only descendants of the run's own process are ever signalled: never a
 process found by its name. Linux only (``/proc``); elsewhere the guard does
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,13 +97,19 @@ def end_orphans(noted: dict[int, int], grace_s: float = GRACE_S) -> int:
     return len(noted)
 
 
-def watch(parent: int, stop_fd: int = 0) -> None:
+def watch(parent: int, stop_fd: int = 0, folders: tuple[str, ...] = ()) -> None:
     """The watchdog's loop: note ``parent``'s descendants until it dies (then end them) or says stop."""
+
+    def end_run() -> None:
+        end_orphans(noted)
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
+
     me = os.getpid()
     noted: dict[int, int] = {}
     while True:
         if os.getppid() != parent:  # the run's process died: we were handed to another parent
-            end_orphans(noted)
+            end_run()
             return
         ready, _, _ = select.select([stop_fd], [], [], POLL_S)
         if ready:
@@ -109,7 +117,7 @@ def watch(parent: int, stop_fd: int = 0) -> None:
             if STOP in message:  # the run ends normally: it stopped what it started
                 return
             if not message:  # the pipe closed without a word: the run's process is gone
-                end_orphans(noted)
+                end_run()
                 return
         current = descendants(parent)
         current.pop(me, None)
@@ -121,10 +129,10 @@ def watch(parent: int, stop_fd: int = 0) -> None:
 class Watchdog:
     """The watchdog process of :func:`orphan_guard`."""
 
-    def __init__(self) -> None:
+    def __init__(self, folders: tuple[str, ...] = ()) -> None:
         self.keep = False  # set by code that leaves processes for the watchdog to end at exit
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve()), str(os.getpid())],  # stdlib only: starts in ~50 ms
+            [sys.executable, str(Path(__file__).resolve()), str(os.getpid()), *folders],  # stdlib only: ~50 ms
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
             start_new_session=True,  # outside the run's process group: a Ctrl-C or killpg of the run spares it
         )
@@ -142,8 +150,10 @@ class Watchdog:
 
 
 @contextmanager
-def orphan_guard() -> Iterator[Watchdog | None]:
+def orphan_guard(*folders: str | os.PathLike[str]) -> Iterator[Watchdog | None]:
     """Keep a watchdog beside this process while the block runs (see the module docstring).
+
+    ``folders`` (e.g. Ray's temporary folder) are removed if this process dies.
 
     The block's normal end releases it. Code that cannot finish stopping what
     it started (an abandoned ``ray.shutdown()``) sets ``watchdog.keep = True``
@@ -153,7 +163,7 @@ def orphan_guard() -> Iterator[Watchdog | None]:
     if not PROC.is_dir() or os.environ.get("TERM_FL_WATCHDOG") == "0":
         yield None
         return
-    watchdog = Watchdog()
+    watchdog = Watchdog(tuple(os.fspath(f) for f in folders))
     try:
         yield watchdog
     finally:
@@ -163,4 +173,4 @@ def orphan_guard() -> Iterator[Watchdog | None]:
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the run handles Ctrl-C; the watchdog must outlive it
-    watch(int(sys.argv[1]))
+    watch(int(sys.argv[1]), folders=tuple(sys.argv[2:]))
