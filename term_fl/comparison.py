@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
+from term_fl.fairness import STATISTICS, statistic
+from term_fl.keys import SUMMARY_NAMES
 from term_fl.strategies.registry import PARAM_KEYS, cell_label
 
-STATS = ("pooled_mean", "mean", "worst_10", "best_10", "std", "variance_1e4", "jain", "gini", "entropy",
-         "var", "cvar", "evar", "tivar")
-SPLITS = ("validation", "test", "test_clean")  # test_clean: devices without injected noise
+STATS = tuple(s.key for s in STATISTICS)
+SPLITS = (*SUMMARY_NAMES.values(), "test_clean")  # validation, test; test_clean: devices without injected noise
 
 
 def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
@@ -71,7 +72,12 @@ def select_by_validation(
     average: str = "pooled_mean",
     max_mean_drop: float = 0.01,
 ) -> dict[str, dict[str, Any]]:
-    """Per strategy with several cells, the chosen cell (paper's rule, on validation)."""
+    """Per strategy with several cells, the chosen cell (paper's rule, on validation).
+
+    ``objective`` may be any statistic of :data:`term_fl.fairness.STATISTICS`:
+    the best is the highest, or the lowest for a statistic where lower is
+    better (std, the loss risks).
+    """
     fedavg = [r for r in rows if r["strategy"] == "fedavg"]
     chosen: dict[str, dict[str, Any]] = {}
     for name in sorted({r["strategy"] for r in rows}):
@@ -87,7 +93,8 @@ def select_by_validation(
         eligible = [r for r in candidates if r[f"validation.{average}"] >= reference - max_mean_drop - 1e-12]
         pool = eligible or candidates
         key = f"validation.{objective}" if eligible else f"validation.{average}"
-        best = max(pool, key=lambda r: (r[key], r[f"validation.{average}"]))
+        sign = statistic(objective).direction if eligible else statistic(average).direction  # lower std is better
+        best = max(pool, key=lambda r: (sign * r[key], r[f"validation.{average}"]))
         chosen[name] = {
             "cell": best["cell"],
             "config_hash": best["config_hash"],

@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from term_fl.fairness import STATISTICS
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 
 VEHICLE_DATA_ENV = "TERM_FL_VEHICLE_DATA"
@@ -190,7 +191,9 @@ class ResourcesConfig(_Table):
 class SelectionConfig(_Table):
     """How a sweep picks each strategy's tuned parameter (TERM's t, q-FFL's q ...) on validation, as the TERM paper does."""
 
-    objective: Literal["worst_10", "mean", "pooled_mean"] = "worst_10"
+    objective: Literal[tuple(s.key for s in STATISTICS)] = Field(  # type: ignore[valid-type]
+        "worst_10", description="the validation statistic to optimise (its direction says which way is better)"
+    )
     max_mean_drop: float = Field(
         0.01, ge=0.0, le=1.0, description="allowed drop of the validation mean below the best mean of the strategy"
     )

@@ -9,26 +9,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from term_fl.fairness import STATISTICS
 from term_fl.federation import RoundRecord
-
-TABLE_STATS = (
-    ("pooled_mean", "average (pooled)"),
-    ("mean", "mean over devices"),
-    ("worst_10", "worst 10%"),
-    ("best_10", "best 10%"),
-    ("std", "std"),
-    ("variance_1e4", "variance x 1e4"),
-    ("jain", "Jain's index"),
-    ("gini", "Gini"),
-    ("entropy", "entropy"),
-    ("min", "min"),
-    ("max", "max"),
-    ("var", "VaR (loss)"),
-    ("cvar", "CVaR (loss)"),
-    ("evar", "EVaR (loss)"),
-    ("tivar", "TiVaR (loss)"),
-)
-
 
 def make_console() -> Console:
     return Console(stderr=False, highlight=False)
@@ -71,6 +53,6 @@ def fairness_table(title: str, by_split: Mapping[str, Mapping[str, Any] | None])
     splits = [s for s, v in by_split.items() if v]
     for split in splits:
         table.add_column(split, justify="right")
-    for key, label in TABLE_STATS:
-        table.add_row(label, *(_fmt(by_split[s].get(key)) for s in splits))
+    for stat in STATISTICS:
+        table.add_row(stat.label, *(_fmt(by_split[s].get(stat.key)) for s in splits))
     return table

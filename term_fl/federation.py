@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 
 from term_fl.client_app import dataset_for, model_for
 from term_fl.config import Scenario, check_fits_dataset
-from term_fl.fairness import fairness_summary, loss_risks
+from term_fl.fairness import fairness_summary
 from term_fl.flower_internals import to_array_record
 from term_fl.keys import (
     CONFIG,
@@ -37,6 +37,7 @@ from term_fl.keys import (
     eval_key,
 )
 from term_fl.models import get_weights
+from term_fl.risks import loss_risks
 from term_fl.strategies import STRATEGIES, EvaluationReport, FedAvg, TrainReport
 from term_fl.strategies.registry import COMMON_SETTINGS
 from term_fl.strategies.replies import metrics_of

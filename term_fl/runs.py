@@ -185,7 +185,7 @@ class Heartbeat:
     """Records a running run's sign of life in the store every ``every`` seconds, from a daemon thread.
 
     Readers show a running run whose heartbeat is older than
-    :data:`term_fl.results.LOST_AFTER_S` as ``lost``: a killed process stops
+    :data:`term_fl.results.schema.LOST_AFTER_S` as ``lost``: a killed process stops
     beating, whichever machine or container it ran in.
     """
 
@@ -206,7 +206,7 @@ class Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not threading.current_thread():
-            self._thread.join(timeout=results.BUSY_TIMEOUT_S)
+            self._thread.join(timeout=results.schema.BUSY_TIMEOUT_S)
 
 
 class RunRecorder(Recorder):
@@ -255,7 +255,7 @@ class RunRecorder(Recorder):
             eval_rows=record.eval_rows,
             stats=record.stats,
             status=record.status,
-            running_estimate=record.diagnostics.get("running_estimate"),
+            diagnostics=record.diagnostics,
             duration_s=record.duration_s,
             excluded=record.excluded,
         )

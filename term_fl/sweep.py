@@ -27,13 +27,13 @@ from rich.table import Table
 from term_fl.comparison import group_cells, select_by_validation
 from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
 from term_fl.console import RoundPrinter, make_console
+from term_fl.fairness import STATISTICS
 from term_fl.results import ResultsStore
 from term_fl.runs import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
 
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 
-TABLE_COLUMNS = (("test.pooled_mean", "average"), ("test.worst_10", "worst 10%"),
-                 ("test.best_10", "best 10%"), ("test.std", "std"))
+TABLE_COLUMNS = tuple((f"test.{s.key}", s.label) for s in STATISTICS if s.headline)
 
 
 def cell_dirname(overrides: dict[str, Any]) -> str:

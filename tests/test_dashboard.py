@@ -26,6 +26,7 @@ from fastapi.testclient import TestClient
 
 from term_fl.dashboard import ReportError, create_app, write_report
 from term_fl.dashboard.render import STATIC_DIR, inline_script, script_json
+from term_fl.fairness import GROUPS
 from term_fl.results import ResultsStore, StoreError
 
 XSS = "<script>alert(1)</script>"
@@ -262,7 +263,7 @@ def test_qffl_weights_are_all_null(client):
 def test_run_page_shows_the_run_and_the_chart_slots(client):
     html = client.get("/runs/term-1").text
     assert "term t=1 seed 1" in html and 'data-run-id="term-1"' in html
-    for chart in ("accuracy", "std", "jain", "risks", "histogram", "devices", "weights"):
+    for chart in (*GROUPS, "histogram", "devices", "weights"):  # a chart per group of statistics
         assert f'id="chart-{chart}"' in html
     assert 'id="round"' in html  # the round slider
 

@@ -25,6 +25,7 @@ import uvicorn
 from test_dashboard import RUNS, SCENARIO, XSS, build_store
 
 from term_fl.dashboard import create_app, write_report
+from term_fl.fairness import GROUPS
 from term_fl.results import ResultsStore
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
@@ -50,7 +51,7 @@ FLAGS = (
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
     "--disable-dev-shm-usage", "--window-size=1400,1000",
 )  # fmt: skip
-RUN_CHARTS = ("accuracy", "std", "jain", "risks", "histogram", "devices", "weights")
+RUN_CHARTS = (*GROUPS, "histogram", "devices", "weights")  # one chart per group of statistics, then the devices
 
 
 class ServerThread:
@@ -172,11 +173,12 @@ def test_runs_page_filters_sorts_and_shows_names_as_text(page, server, db):
                         "s.dispatchEvent(new Event('change'));")  # fmt: skip
 
     seed_header = page.find_element(By.XPATH, "//table[@id='runs-table']//th[normalize-space()='seed']")
+    seed_column = seed_header.get_property("cellIndex")
     seed_header.click()  # descending first
-    seeds = [int(r.find_elements(By.TAG_NAME, "td")[7].text) for r in visible_rows(page)]
+    seeds = [int(r.find_elements(By.TAG_NAME, "td")[seed_column].text) for r in visible_rows(page)]
     assert seeds == sorted(seeds, reverse=True)
     seed_header.click()
-    seeds = [int(r.find_elements(By.TAG_NAME, "td")[7].text) for r in visible_rows(page)]
+    seeds = [int(r.find_elements(By.TAG_NAME, "td")[seed_column].text) for r in visible_rows(page)]
     assert seeds == sorted(seeds)
     screenshot(page, "dashboard-runs")
 

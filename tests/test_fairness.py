@@ -1,4 +1,4 @@
-"""Properties of term_fl.fairness, against values computed by hand or naively.
+"""Properties of term_fl.fairness and term_fl.risks, against values computed by hand or naively.
 
 The loss-risk references are the paper's formulas typed directly: a brute-force
 grid over t (numpy log-sum-exp for EVaR) and decimal arithmetic (60 digits,
@@ -18,21 +18,25 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from term_fl.fairness import (
+    STATISTICS,
     best_10,
-    conditional_value_at_risk,
-    entropic_value_at_risk,
     entropy,
     fairness_summary,
     gini,
     jain_index,
-    loss_risks,
     mean_accuracy,
     pooled_mean,
+    statistic,
     std,
-    tilted_value_at_risk,
-    value_at_risk,
     variance_1e4,
     worst_10,
+)
+from term_fl.risks import (
+    conditional_value_at_risk,
+    entropic_value_at_risk,
+    loss_risks,
+    tilted_value_at_risk,
+    value_at_risk,
 )
 
 SUMMARY_KEYS = {
@@ -483,3 +487,21 @@ def test_bad_summary_inputs_name_the_argument(kwargs, name):
 def test_bad_risk_inputs_name_the_argument(risk, losses, alpha, name):
     with pytest.raises(ValueError, match=name):
         risk(losses, alpha)
+
+
+# --- the table of statistics --------------------------------------------------
+
+
+def test_the_table_lists_every_statistic_a_round_computes_and_nothing_else():
+    computed = {**fairness_summary([0.5, 0.9, 1.0], [2, 10, 4], [1, 9, 4]), **loss_risks([0.3, 1.2, 0.8])}
+    not_statistics = {"K", "alpha", "evar_t", "tivar_t"}  # counts, levels and minimisers, not statistics
+    assert {s.key for s in STATISTICS} == set(computed) - not_statistics
+    assert len({s.key for s in STATISTICS}) == len(STATISTICS)
+
+
+def test_directions_say_which_way_is_better():
+    assert statistic("worst_10").direction == statistic("jain").direction == 1
+    assert statistic("std").direction == statistic("gini").direction == statistic("tivar").direction == -1
+    assert [s.key for s in STATISTICS if s.headline] == ["pooled_mean", "worst_10", "best_10", "std"]
+    with pytest.raises(ValueError, match="unknown statistic 'median'; allowed: pooled_mean, mean"):
+        statistic("median")

@@ -103,7 +103,7 @@ def test_values_in_equal_values_out_and_nan_reads_back_as_nan(store):
     }  # fmt: skip
     excluded = [{"node_id": 123456789, "partition_id": 7, "reason": "non-finite train_loss"}]
     store.record_round(
-        run_id, 1, train_rows=train, eval_rows=evals, stats=stats, running_estimate=0.75, duration_s=1.25,
+        run_id, 1, train_rows=train, eval_rows=evals, stats=stats, diagnostics={"running_estimate": 0.75}, duration_s=1.25,
         excluded=excluded,
     )  # fmt: skip
 
@@ -132,8 +132,8 @@ def test_values_in_equal_values_out_and_nan_reads_back_as_nan(store):
     assert math.isnan(val_stats["mean"])
 
     assert store.load_rounds(run_id) == [
-        {"round": 1, "status": "ok", "running_estimate": 0.75, "num_sampled": 3, "num_included": 2,
-         "duration_s": 1.25, "excluded": excluded}
+        {"round": 1, "status": "ok", "num_sampled": 3, "num_included": 2,
+         "duration_s": 1.25, "excluded": excluded, "diagnostics": {"running_estimate": 0.75}}
     ]  # fmt: skip
 
     info = store.get_run(run_id)
@@ -179,7 +179,7 @@ def test_failed_round_without_rows_is_recorded_and_counted(store):
     store.record_round(run_id, 1, status="failed", excluded=[{"node_id": 1, "partition_id": 0, "reason": "timeout"}])
     (r,) = store.load_rounds(run_id)
     assert (r["status"], r["num_sampled"], r["num_included"]) == ("failed", 0, 0)
-    assert math.isnan(r["running_estimate"]) and math.isnan(r["duration_s"])
+    assert r["diagnostics"] == {} and math.isnan(r["duration_s"])
     assert store.get_run(run_id).rounds_completed == 1
     assert store.load_metrics(run_id)["round"].size == 0 and store.load_round_stats(run_id) == []
 
@@ -417,7 +417,7 @@ def test_a_sqlite_file_of_another_schema_is_refused(tmp_path, db):
     ResultsStore(db).close()
     with sqlite3.connect(db) as raw:
         raw.execute("PRAGMA user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99.*reads versions 1, 2.*newer term-fl"):
+    with pytest.raises(StoreError, match=r"schema version 99.*reads versions 1, 2, 3.*newer term-fl"):
         ResultsStore.open_readonly(db)
 
 
@@ -425,7 +425,7 @@ def test_store_file_is_in_wal_mode_with_foreign_keys_on(store, db):
     assert store._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
     with sqlite3.connect(db) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (2,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
 
 
 # -- device matrix ---------------------------------------------------------------------------------
@@ -572,7 +572,7 @@ def _hold_read_transaction(path):
 def test_a_busy_store_is_waited_for_with_a_message_not_called_corrupt(tmp_path, caplog, monkeypatch):
     import threading
 
-    import term_fl.results as results_module
+    import term_fl.results.schema as results_module
 
     monkeypatch.setattr(results_module, "BUSY_POLL_S", 0.2)  # each try waits 0.2 s: the message comes early
 
@@ -588,7 +588,7 @@ def test_a_busy_store_is_waited_for_with_a_message_not_called_corrupt(tmp_path, 
 
 
 def test_a_store_that_stays_busy_says_busy(tmp_path, monkeypatch):
-    import term_fl.results as results_module
+    import term_fl.results.schema as results_module
 
     monkeypatch.setattr(results_module, "BUSY_TIMEOUT_S", 0.5)
     monkeypatch.setattr(results_module, "BUSY_POLL_S", 0.1)

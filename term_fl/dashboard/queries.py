@@ -18,13 +18,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from term_fl.comparison import mean_and_stderr
+from term_fl.fairness import STATISTICS
 from term_fl.jsonable import plain
 from term_fl.keys import EVAL_SPLITS
 from term_fl.results import ResultsStore, RunInfo
 from term_fl.strategies.registry import PARAM_KEYS, cell_label, strategy_order
 
 __all__ = [
-    "TABLE_STATS",
     "BadQuery",
     "NotFound",
     "compare",
@@ -38,7 +38,6 @@ __all__ = [
     "weights_matrix",
 ]
 
-TABLE_STATS = ("pooled_mean", "mean", "worst_10", "best_10", "std", "jain")
 
 
 class NotFound(LookupError):
@@ -242,7 +241,7 @@ def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario:
         }
         for split in EVAL_SPLITS:
             cell["stats"][split] = {}
-            for stat in TABLE_STATS:
+            for stat in (s.key for s in STATISTICS):
                 values = [m["final"][split].get(stat) for m in members]
                 mean, se = mean_and_stderr(values)
                 cell["stats"][split][stat] = {"mean": mean, "se": se, "n": sum(v is not None for v in values)}

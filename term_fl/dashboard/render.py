@@ -18,23 +18,13 @@ from typing import Any
 import jinja2
 import plotly
 
-from term_fl.dashboard.queries import TABLE_STATS
+from term_fl.fairness import GROUPS, STATISTICS, statistics_table
 from term_fl.jsonable import plain
 from term_fl.strategies.registry import PARAM_KEYS
 
 STATIC_DIR = Path(__file__).with_name("static")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 POLL_SECONDS = 3
-
-STAT_LABELS = {
-    "pooled_mean": "average",
-    "mean": "device mean",
-    "worst_10": "worst 10%",
-    "best_10": "best 10%",
-    "std": "std",
-    "jain": "Jain's index",
-}
-
 
 def script_json(obj: Any) -> str:
     """JSON for the body of a ``<script type="application/json">`` block (NaN -> null).
@@ -93,8 +83,14 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, pretty_json=pretty_json, path_segment=path_segment)
-    env.globals.update(PARAM_KEYS=PARAM_KEYS, TABLE_STATS=TABLE_STATS, STAT_LABELS=STAT_LABELS,
-                       POLL_SECONDS=POLL_SECONDS)  # fmt: skip
+    env.globals.update(
+        PARAM_KEYS=PARAM_KEYS,  # the strategies' parameters (term_fl.strategies.registry)
+        STATISTICS=STATISTICS,  # every statistic (term_fl.fairness), in table order
+        HEADLINE=[s for s in STATISTICS if s.headline],  # the compact tables' statistics
+        GROUPS=GROUPS,  # one chart per group of statistics
+        STATISTICS_JSON=script_json(statistics_table()),  # the same table for the page scripts
+        POLL_SECONDS=POLL_SECONDS,
+    )
     return env
 
 

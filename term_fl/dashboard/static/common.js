@@ -4,6 +4,8 @@
 // text (textContent, never HTML), Plotly wrappers and polling.
 const TermFL = (() => {
   const page = document.getElementById("page");
+  // Every statistic (key, label, group, direction, headline ...), as term_fl.fairness.STATISTICS lists it.
+  const STATISTICS = JSON.parse(document.getElementById("statistics").textContent);
   const inline = document.getElementById("report-data");
   const report = inline ? JSON.parse(inline.textContent) : null;
   const enc = encodeURIComponent;
@@ -80,10 +82,8 @@ const TermFL = (() => {
     const values = {
       rounds: [`${run.rounds_completed}/${run.rounds_planned}`, run.rounds_completed],
       finished: [run.finished_at == null ? "—" : new Date(run.finished_at * 1000).toISOString().replace("T", " ").slice(0, 19) + " UTC", run.finished_at],
-      pooled_mean: [fmt(test.pooled_mean), test.pooled_mean],
-      worst_10: [fmt(test.worst_10), test.worst_10],
-      std: [fmt(test.std), test.std],
     };
+    for (const { key } of STATISTICS) values[key] = [fmt(test[key]), test[key]];
     for (const cell of root.querySelectorAll("[data-field]")) {
       const field = cell.dataset.field;
       if (field === "status") {
@@ -160,5 +160,5 @@ const TermFL = (() => {
   ];
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
-  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, SPLITS, COLORS };
+  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, SPLITS, COLORS, STATISTICS };
 })();

@@ -2,7 +2,7 @@
 // One run: fairness curves per round, the devices at a chosen round, the
 // tilted weights; redrawn every few seconds while the run is running.
 (() => {
-  const { page, api, fmt, element, updateRunFields, plot, poll, SPLITS, COLORS } = TermFL;
+  const { page, api, fmt, element, updateRunFields, plot, poll, SPLITS, COLORS, STATISTICS } = TermFL;
   const runId = page.dataset.runId;
   const slider = document.getElementById("round");
   const roundValue = document.getElementById("round-value");
@@ -11,8 +11,16 @@
   let deviceRounds = []; // rounds with evaluations of the chosen split; the slider indexes them
   let request = 0; // drops answers to superseded device requests
 
-  const ACCURACY = [["pooled_mean", "average", COLORS[0]], ["worst_10", "worst 10%", COLORS[1]], ["best_10", "best 10%", COLORS[2]]];
-  const RISKS = [["var", "VaR", COLORS[4]], ["cvar", "CVaR", COLORS[3]], ["evar", "EVaR", COLORS[1]], ["tivar", "TiVaR", COLORS[9]]];
+  // One chart per group of statistics (the template made a div for each), one curve per statistic and split.
+  const charts = Array.from(document.querySelectorAll(".chart.statistics")).map((div) => {
+    const members = STATISTICS.filter((s) => s.group === div.dataset.group);
+    return {
+      id: div.id,
+      axis: members.length ? members[0].axis : "",
+      risk: div.dataset.group === "risk",
+      curves: members.map((s, i) => [s.key, s.label, COLORS[i % COLORS.length]]),
+    };
+  });
 
   function lines(series, curves) {
     const traces = [];
@@ -31,12 +39,11 @@
 
   function drawRounds(series) {
     const round = { title: { text: "round" } };
-    plot("chart-accuracy", lines(series, ACCURACY), { xaxis: round, yaxis: { title: { text: "accuracy" } } });
-    plot("chart-std", lines(series, [["std", "std", COLORS[5]]]), { xaxis: round });
-    plot("chart-jain", lines(series, [["jain", "Jain's index", COLORS[6]]]), { xaxis: round });
-    const alpha = (series.splits.test.alpha || []).find((a) => a != null);
-    plot("chart-risks", lines(series, RISKS), { xaxis: round, yaxis: { title: { text: "loss" } } },
-      { suffix: alpha == null ? "" : ` at α = ${alpha}` });
+    const alpha = ((series.splits.test || {}).alpha || []).find((a) => a != null);
+    for (const chart of charts) {
+      plot(chart.id, lines(series, chart.curves), { xaxis: round, yaxis: { title: { text: chart.axis } } },
+        { suffix: chart.risk && alpha != null ? ` at α = ${alpha}` : "" });
+    }
 
     const rows = [];
     for (const split of SPLITS) {
