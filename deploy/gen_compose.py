@@ -64,12 +64,10 @@ APP_DIR = "/app"  # where the Dockerfile puts the project (the Flower app)
 SECRETS_DIR = "/run/secrets"
 DASHBOARD_PORT = 8050
 
-# TLS material made by deploy/make-certs.sh (compose secrets, mounted at /run/secrets/NAME)
-SECRETS = {
-    "ca.crt": "./deploy/certs/ca.crt",
-    "server.pem": "./deploy/certs/server.pem",
-    "server.key": "./deploy/certs/server.key",
-}
+# TLS material made by deploy/make-certs.sh (compose secrets, mounted at /run/secrets/NAME);
+# TERM_FL_CERTS_DIR points elsewhere (deploy/e2e.sh uses a temporary folder)
+CERTS_DIR = "${TERM_FL_CERTS_DIR:-./deploy/certs}"
+SECRETS = {name: f"{CERTS_DIR}/{name}" for name in ("ca.crt", "server.pem", "server.key")}
 
 FLWR_ENV = {
     "FLWR_TELEMETRY_ENABLED": "0",
@@ -82,7 +80,15 @@ IMAGE = "${TERM_FL_IMAGE:-term-fl:latest}"
 GPU_IMAGE = "${TERM_FL_GPU_IMAGE:-term-fl:cuda}"
 CPU_TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 CUDA_TORCH_INDEX = "${TERM_FL_TORCH_INDEX_URL:-https://download.pytorch.org/whl/cu128}"
-VEHICLE_DATA_MOUNT = f"${{TERM_FL_VEHICLE_DATA_DIR:-../shared/data/vehicle}}:{DATA_DIR}:ro"
+# The deployment's own data folder (data/ in the repository, README.md tracked, contents
+# ignored by git); TERM_FL_DATA_DIR points elsewhere. Read-only in the containers.
+DATA_MOUNT = f"${{TERM_FL_DATA_DIR:-./data}}:{DATA_DIR}:ro"
+# Size of a run: run.rounds defaults to the profile's short run; TERM_FL_ROUNDS sets
+# another count (the scenarios' full size: 100), TERM_FL_OVERRIDES appends any
+# dotted overrides (they win: the last value of a key counts).
+ROUNDS_VAR = "TERM_FL_ROUNDS"
+OVERRIDES_VAR = "TERM_FL_OVERRIDES"
+CHECK_DATA_SERVICE = "check-vehicle-data"
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,7 @@ class Profile:
     scenario: str  # scenario file, relative to the app directory ("" = embedded default)
     overrides: str  # dotted overrides passed to the ServerApp
     vehicle_data: bool  # mount the vehicle data into the SuperNodes
+    default_rounds: int  # run.rounds unless TERM_FL_ROUNDS is set: a run that finishes in minutes
 
     @property
     def submit_service(self) -> str:
@@ -102,6 +109,11 @@ class Profile:
 
     def supernode_services(self) -> list[str]:
         return [f"{self.node_prefix}-{i}" for i in range(self.num_supernodes)]
+
+    @property
+    def run_overrides(self) -> str:
+        """The overrides the ServerApp gets: the profile's, the round count, the user's."""
+        return f"{self.overrides} run.rounds=${{{ROUNDS_VAR}:-{self.default_rounds}}} ${{{OVERRIDES_VAR}:-}}"
 
 
 def profiles(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> list[Profile]:
@@ -118,6 +130,7 @@ def profiles(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> list[Pro
             # 23 containers import torch at once: give discovery more time than the default
             overrides="run.node_timeout=300",
             vehicle_data=True,
+            default_rounds=10,
         ),
         Profile(
             name="fairness",
@@ -127,13 +140,14 @@ def profiles(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> list[Pro
             # the synthetic federation must have exactly one device per SuperNode
             overrides=f"data.num_devices={n} run.clients_per_round={max(1, n // 2)} run.node_timeout=300",
             vehicle_data=False,
+            default_rounds=10,
         ),
     ]
 
 
 def run_config(profile: Profile, *, overrides: str | None = None, results_dir: str = RESULTS_DIR) -> str:
     """The value of ``flwr run --run-config`` (keys of [tool.flwr.app.config])."""
-    ov = profile.overrides if overrides is None else overrides
+    ov = profile.run_overrides if overrides is None else overrides
     for value in (profile.scenario, ov, results_dir):
         if '"' in value:
             raise ValueError(f"run-config value {value!r} must not contain a double quote")
@@ -168,6 +182,11 @@ def superlink_command(*, tls: bool = True) -> list[str]:
         cmd += ["--insecure"]
     cmd += ["--disable-runtime-dependency-installation"]
     return cmd
+
+
+def check_data_command(profile: Profile) -> list[str]:
+    """The vehicle profile's data check: the scenario's own file and sha256 checks, a clear message."""
+    return ["python", f"{APP_DIR}/deploy/check_data.py", profile.scenario, profile.run_overrides]
 
 
 def submit_command(profile: Profile) -> list[str]:
@@ -244,7 +263,11 @@ def build_main(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> dict[s
     for p in profs:
         body: dict[str, Any] = {"<<": Alias(supernode), "profiles": [p.name]}
         if p.vehicle_data:
-            body["volumes"] = [VEHICLE_DATA_MOUNT]
+            body["volumes"] = [DATA_MOUNT]
+            body["depends_on"] = {
+                "superlink": {"condition": "service_healthy"},
+                CHECK_DATA_SERVICE: {"condition": "service_completed_successfully"},
+            }
         profile_nodes[p.name] = Anchor(p.node_prefix, body)
 
     services: dict[str, Any] = {}
@@ -254,7 +277,7 @@ def build_main(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> dict[s
         "command": superlink_command(),
         "secrets": _secrets(list(SECRETS)),
         "ports": [f"${{TERM_FL_SUPERLINK_PUBLISH:-127.0.0.1:{SUPERLINK_PORT}}}:{SUPERLINK_PORT}"],
-        "volumes": [f"results:{RESULTS_DIR}", VEHICLE_DATA_MOUNT],
+        "volumes": [f"results:{RESULTS_DIR}", DATA_MOUNT],
         "healthcheck": {
             "test": [
                 "CMD", "python", "-c",
@@ -280,12 +303,23 @@ def build_main(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> dict[s
     }
     for p in profs:
         services[Comment(f"--- profile {p.name}: {p.num_supernodes} SuperNodes + submitter ---")] = None
+        if p.vehicle_data:
+            services[Comment("fails with a clear message when ./data lacks the vehicle file (or its sha256 differs)")] = None
+            services[CHECK_DATA_SERVICE] = {
+                "<<": Alias(image),
+                "profiles": [p.name],
+                "command": check_data_command(p),
+                "volumes": [DATA_MOUNT],
+                "restart": "no",
+            }
         for i, name in enumerate(p.supernode_services()):
             services[name] = {
                 "<<": Alias(profile_nodes[p.name]),
                 "command": supernode_args(i, p.num_supernodes),
             }
         depends: dict[str, Any] = {"superlink": {"condition": "service_healthy"}}
+        if p.vehicle_data:
+            depends[CHECK_DATA_SERVICE] = {"condition": "service_completed_successfully"}
         depends.update({name: {"condition": "service_started"} for name in p.supernode_services()})
         services[p.submit_service] = {
             "<<": Alias(image),

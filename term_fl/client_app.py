@@ -66,6 +66,7 @@ def dataset_kwargs(scenario: Scenario) -> dict:
         noisy_devices=tuple(d.noisy_devices),
         num_noisy=d.num_noisy,
         noise_scale=d.noise_scale,
+        sha256=d.sha256,
     )
 
 

@@ -41,6 +41,7 @@ from pydantic import (
 
 from term_fl.fairness import STATISTICS
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
+from term_fl.data.vehicle import ANY_SHA256, VEHICLE_SHA256, check_sha256
 
 VEHICLE_DATA_ENV = "TERM_FL_VEHICLE_DATA"
 DEFAULT_SCENARIO = "default"
@@ -141,6 +142,12 @@ class DataConfig(_Table):
 
     name: Literal["synthetic", "vehicle"] = "synthetic"
     path: str | None = Field(None, description=f"vehicle JSON file (else ${VEHICLE_DATA_ENV})")
+    sha256: str = Field(
+        VEHICLE_SHA256,
+        pattern=rf"^([0-9a-fA-F]{{64}}|{ANY_SHA256})$",
+        description="expected sha256 of the vehicle file (default: the published vehicle_fewshot.json); "
+        f"another file's own hash accepts that file knowingly, '{ANY_SHA256}' accepts any",
+    )
     seed: int | None = Field(None, ge=0, le=2**31 - 1, description="data seed (None = run.seed: re-split per seed)")
     num_devices: int = Field(100, ge=1, le=1_000_000, description="synthetic devices")
     alpha: float = Field(1.0, ge=0.0, le=100.0)
@@ -163,6 +170,11 @@ class DataConfig(_Table):
                 f"(got {self.train_fraction} + {self.val_fraction} + {self.test_fraction} = {total:g})"
             )
         return self
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower_case_hash(cls, value: str) -> str:
+        return value.lower()
 
     @field_validator("noisy_devices")
     @classmethod
@@ -473,6 +485,11 @@ def check_data_available(scenario: Scenario) -> None:
         raise ConfigError(f"data.path: not set; {where}")
     if not Path(scenario.data.path).is_file():
         raise ConfigError(f"data.path: file {scenario.data.path!r} does not exist; {where}")
+    if scenario.data.sha256 != ANY_SHA256:
+        try:
+            check_sha256(scenario.data.path, file_digest(scenario.data.path), scenario.data.sha256)
+        except ValueError as exc:
+            raise ConfigError(f"data.sha256: {exc}") from None
 
 
 def with_overrides(scenario: Scenario, overrides: Mapping[str, Any]) -> Scenario:
@@ -521,7 +538,7 @@ def _relevant_overrides(overrides: dict[str, Any], cell: Scenario) -> dict[str, 
 # computes: runs that differ only in them are the same cell.
 _NOT_HASHED = {
     "run": ("seed", "name", "engine", "node_timeout", "round_timeout", "max_failed_rounds"),
-    "data": ("seed", "path"),
+    "data": ("seed", "path", "sha256"),
 }
 
 
@@ -543,6 +560,7 @@ def config_hash(scenario: Scenario) -> str:
             raw[table].pop(key, None)
     for table in ("sweep", "selection", "description", "name", "resources"):
         raw.pop(table, None)
+    # data.sha256 is what the check expects; the vehicle data counts by its actual content
     if scenario.data.name == "vehicle" and scenario.data.path:
         raw["data"]["sha256"] = file_digest(scenario.data.path)
     text = json.dumps(raw, sort_keys=True, default=str)

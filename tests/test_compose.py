@@ -13,6 +13,7 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -24,10 +25,13 @@ import pytest
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is a test extra: pip install -e '.[test]'")
 
+from term_fl.config import load_scenario  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "compose-spec.json"
 BIN = Path(sys.executable).parent
 MAIN, GPU, DEV = "docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.dev.yml"
+DATA_MOUNT = "${TERM_FL_DATA_DIR:-./data}:/data:ro"  # inside the repository: no default path outside it
 SECRETS_DIR = "/run/secrets"
 
 
@@ -155,7 +159,8 @@ def test_exactly_23_vehicle_supernodes(main):
     assert {c["num-partitions"] for c in configs} == {"23"}
     for svc in nodes.values():
         assert svc["profiles"] == ["vehicle-sensor"]
-        assert "${TERM_FL_VEHICLE_DATA_DIR:-../shared/data/vehicle}:/data:ro" in svc["volumes"]
+        assert DATA_MOUNT in svc["volumes"]
+        assert svc["depends_on"]["check-vehicle-data"]["condition"] == "service_completed_successfully"
 
 
 def test_fairness_supernodes_match_generator_default(main):
@@ -192,7 +197,9 @@ def test_supernodes_connect_to_the_single_superlink_port(main):
 def test_every_supernode_uses_tls_and_main_file_has_no_insecure(main):
     secrets = main["secrets"]
     assert set(secrets) == {"ca.crt", "server.pem", "server.key"}
-    assert all(s["file"].startswith("./deploy/certs/") for s in secrets.values())
+    assert {name: s["file"] for name, s in secrets.items()} == {
+        name: f"${{TERM_FL_CERTS_DIR:-./deploy/certs}}/{name}" for name in secrets
+    }
     link = main["services"]["superlink"]
     for flag, secret in (("--ssl-ca-certfile", "ca.crt"), ("--ssl-certfile", "server.pem"),
                          ("--ssl-keyfile", "server.key")):
@@ -216,7 +223,7 @@ def test_results_volume_and_data_mounts(main):
     services = main["services"]
     assert "results:/results" in services["superlink"]["volumes"]  # the ServerApp runs here
     assert "results:/results" in services["dashboard"]["volumes"]
-    assert "${TERM_FL_VEHICLE_DATA_DIR:-../shared/data/vehicle}:/data:ro" in services["superlink"]["volumes"]
+    assert DATA_MOUNT in services["superlink"]["volumes"]
     dash = argv(services["dashboard"])
     assert dash[:2] == ["term-fl", "dashboard"]
     assert flag_value(dash, "--db") == "/results/results.db"
@@ -249,7 +256,61 @@ def test_submit_services_run_flwr_with_the_app_run_config(main):
         assert values["scenario"].startswith("configs/")
         depends = svc["depends_on"]
         assert depends["superlink"]["condition"] == "service_healthy"
-        assert set(depends) - {"superlink"} == set(supernodes(main, profile))
+        assert ("check-vehicle-data" in depends) == (profile == "vehicle-sensor")
+        assert set(depends) - {"superlink", "check-vehicle-data"} == set(supernodes(main, profile))
+
+
+_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def interpolate(text: str, env: dict[str, str] | None = None) -> str:
+    """Compose's ${VAR:-default} interpolation (the only form the generated files use)."""
+    env = env or {}
+    return _VAR.sub(lambda m: env.get(m[1]) or (m[2] or ""), text)
+
+
+def submit_overrides(main: dict, profile: str, env: dict[str, str] | None = None) -> list[str]:
+    run_config = interpolate(flag_value(argv(main["services"][f"submit-{profile}"]), "--run-config"), env)
+    return shlex.split(dict(re.findall(r'(\S+?)="([^"]*)"', run_config))["overrides"])
+
+
+@pytest.mark.parametrize("profile", ["vehicle-sensor", "fairness"])
+def test_default_run_is_short_and_full_size_is_an_override(main, profile, tmp_path):
+    """A plain `up` runs 10 rounds; TERM_FL_ROUNDS and TERM_FL_OVERRIDES (last wins) change it."""
+    scenario = REPO / next(p.scenario for p in gen.profiles() if p.name == profile)
+    env = {"TERM_FL_VEHICLE_DATA": str(tmp_path / "v.json")}
+    default = load_scenario(scenario, submit_overrides(main, profile), environ=env, check_files=False)
+    assert default.run.rounds == 10 < load_scenario(scenario, environ=env, check_files=False).run.rounds
+    full = submit_overrides(main, profile, {"TERM_FL_ROUNDS": "100"})
+    assert load_scenario(scenario, full, environ=env, check_files=False).run.rounds == 100
+    extra = submit_overrides(main, profile, {"TERM_FL_OVERRIDES": "run.rounds=3 strategy.t=2.0"})
+    resolved = load_scenario(scenario, extra, environ=env, check_files=False)
+    assert (resolved.run.rounds, resolved.strategy.t) == (3, 2.0)
+
+
+def test_vehicle_profile_checks_its_data_before_any_supernode_starts(main):
+    services = main["services"]
+    check = services["check-vehicle-data"]
+    assert check["profiles"] == ["vehicle-sensor"] and check["restart"] == "no"
+    assert check["volumes"] == [DATA_MOUNT]
+    args = argv(check)
+    assert args[:2] == ["python", "/app/deploy/check_data.py"]
+    assert (REPO / "deploy" / "check_data.py").is_file()
+    assert "deploy/check_data.py" in (REPO / "Dockerfile").read_text(encoding="utf-8")
+    submit = argv(services["submit-vehicle-sensor"])
+    # the same scenario and overrides as the run itself
+    assert f'scenario="{args[2]}" overrides="{args[3]}"' in flag_value(submit, "--run-config")
+    for name in supernodes(main, "vehicle-sensor"):
+        assert services[name]["depends_on"]["check-vehicle-data"]["condition"] == "service_completed_successfully"
+
+
+@pytest.mark.parametrize("name", [MAIN, GPU, DEV])
+def test_no_default_host_path_outside_the_repository(name):
+    text = (REPO / name).read_text(encoding="utf-8")
+    for var, default in _VAR.findall(text):
+        if "/" in default and "://" not in default:
+            assert default.startswith("./") and ".." not in default, f"${{{var}}} defaults to {default}"
+    assert "shared/" not in text
 
 
 def test_profile_scenarios_exist(main):
@@ -436,3 +497,41 @@ def test_submit_script_writes_the_connection_and_waits(tmp_path):
     (home / "config.toml").write_text('[superlink]\ndefault = "mine"\n')
     mine = subprocess.run(["sh", script, "true"], env=env, capture_output=True, text=True, timeout=30, check=False)
     assert mine.returncode == 2 and "not written by this script" in mine.stderr
+
+
+# --------------------------------------------------------------------------
+# deploy/check_data.py (the vehicle profile's data check)
+# --------------------------------------------------------------------------
+
+
+def _load_check_data():
+    spec = importlib.util.spec_from_file_location("term_fl_check_data", REPO / "deploy" / "check_data.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_check_data_says_what_is_missing_and_where_it_goes(tmp_path, monkeypatch, capsys):
+    check = _load_check_data()
+    monkeypatch.setenv("TERM_FL_VEHICLE_DATA", str(tmp_path / "vehicle_fewshot.json"))
+    assert check.main(["configs/vehicle-sensor.toml", "run.rounds=2"]) == 2
+    err = capsys.readouterr().err
+    assert "does not exist" in err and str(tmp_path / "vehicle_fewshot.json") in err
+    assert "data/ folder" in err and "TERM_FL_DATA_DIR" in err
+
+    (tmp_path / "vehicle_fewshot.json").write_text('{"users": []}')
+    assert check.main(["configs/vehicle-sensor.toml", "run.rounds=2"]) == 2
+    assert "sha256 mismatch" in capsys.readouterr().err
+    assert check.main(["configs/vehicle-sensor.toml", "run.rounds=2 data.sha256=any"]) == 0
+    assert "vehicle data ok" in capsys.readouterr().out
+
+
+def test_check_data_accepts_the_published_file(monkeypatch, capsys):
+    from conftest import vehicle_path
+
+    path = vehicle_path()
+    if path is None:
+        pytest.skip("vehicle data not found (set TERM_FL_VEHICLE_DATA)")
+    monkeypatch.setenv("TERM_FL_VEHICLE_DATA", str(path))
+    assert _load_check_data().main(["configs/vehicle-sensor.toml", ""]) == 0
+    assert "a8c8b22a89ea64e5a563cffe94352b48c1f44a02100fd3256adfc09dc43d9ddc" in capsys.readouterr().out

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 import pytest
 
 from term_fl.config import (
@@ -13,6 +16,9 @@ from term_fl.config import (
     parse_overrides,
     sweep_cells,
 )
+from term_fl.data import VEHICLE_SHA256
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write(tmp_path, text: str, name: str = "s.toml"):
@@ -42,10 +48,36 @@ def test_vehicle_path_precedence_set_then_file_then_env(tmp_path):
         p.write_text("{}")
     path = write(tmp_path, f'[data]\nname = "vehicle"\npath = "{b.name}"\n')
     env = {VEHICLE_DATA_ENV: str(c)}
-    assert load_scenario(path, [f"data.path={a}"], environ=env).data.path == str(a.resolve())
-    assert load_scenario(path, [], environ=env).data.path == str(b.resolve())  # relative to the file
+    accept = "data.sha256=any"  # these files are stand-ins, not the published data
+    assert load_scenario(path, [f"data.path={a}", accept], environ=env).data.path == str(a.resolve())
+    assert load_scenario(path, [accept], environ=env).data.path == str(b.resolve())  # relative to the file
     plain = write(tmp_path, '[data]\nname = "vehicle"\n', "plain.toml")
-    assert load_scenario(plain, [], environ=env).data.path == str(c.resolve())
+    assert load_scenario(plain, [accept], environ=env).data.path == str(c.resolve())
+
+
+def test_vehicle_file_with_another_sha256_is_refused_unless_accepted(tmp_path):
+    other = tmp_path / "other.json"
+    other.write_text('{"users": []}')
+    actual = hashlib.sha256(other.read_bytes()).hexdigest()
+    scenario = write(tmp_path, f'[data]\nname = "vehicle"\npath = "{other.name}"\n')
+    with pytest.raises(ConfigError) as info:
+        load_scenario(scenario, [], environ={})
+    message = str(info.value)
+    assert message.startswith("data.sha256: ") and str(other) in message
+    assert f"expected {VEHICLE_SHA256}" in message and f"actual {actual}" in message
+    assert load_scenario(scenario, [f"data.sha256={actual}"], environ={}).data.sha256 == actual
+    assert load_scenario(scenario, [f"data.sha256={actual.upper()}"], environ={}).data.sha256 == actual
+    assert load_scenario(scenario, ["data.sha256=any"], environ={}).data.sha256 == "any"
+    with pytest.raises(ConfigError, match="data.sha256"):
+        load_scenario(scenario, ["data.sha256=abc"], environ={})
+
+
+def test_data_sha256_at_its_default_leaves_config_hash_as_before():
+    # hashes of runs recorded before data.sha256 existed (computed on the previous version)
+    assert config_hash(load_scenario(None, environ={})) == "4e68b82c953abb8e"
+    assert config_hash(load_scenario(REPO / "configs" / "fairness.toml", environ={})) == "3cbb04f46d232936"
+    accepted = load_scenario(None, ["data.sha256=" + "0" * 64], environ={})
+    assert config_hash(accepted) != "4e68b82c953abb8e"
 
 
 def test_missing_vehicle_data_says_where_to_get_it(tmp_path):

@@ -6,6 +6,7 @@ its tests skip when it is absent. Malformed files are written by the tests.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
@@ -16,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from term_fl.data import (
+    ANY_SHA256,
+    VEHICLE_SHA256,
     DATASET_NAMES,
     NOISE_KINDS,
     DATA_SPLITS as SPLITS,
@@ -30,7 +33,6 @@ from term_fl.data.synthetic import SyntheticGenerator
 
 SHARED_VEHICLE = Path(__file__).resolve().parents[2] / "shared" / "data" / "vehicle" / "vehicle_fewshot.json"
 VEHICLE_PATH = Path(os.environ.get("TERM_FL_VEHICLE_DATA", SHARED_VEHICLE))
-VEHICLE_SHA256 = "a8c8b22a89ea64e5a563cffe94352b48c1f44a02100fd3256adfc09dc43d9ddc"
 needs_vehicle = pytest.mark.skipif(
     not VEHICLE_PATH.is_file(),
     reason=f"vehicle data not found at {VEHICLE_PATH} (set TERM_FL_VEHICLE_DATA to vehicle_fewshot.json)",
@@ -133,7 +135,7 @@ def test_real_vehicle_dataset_splits_every_device_at_50_20_30():
 def test_small_vehicle_file_loads_in_user_order_with_class_indices(tmp_path):
     content = vehicle_content(sizes=(5, 3, 7), num_features=4)
     content["user_data"] = dict(reversed(content["user_data"].items()))  # file order = 'users' order
-    data = load_vehicle(write_vehicle(tmp_path, content), num_features=4)
+    data = load_vehicle(write_vehicle(tmp_path, content), num_features=4, sha256=ANY_SHA256)
     assert data.users == ("f_00000", "f_00001", "f_00002")
     assert data.sizes == [5, 3, 7]
     np.testing.assert_array_equal(data.devices[0][1], [1, 0, 1, 0, 1])
@@ -144,7 +146,7 @@ def test_scalar_labels_and_missing_num_samples_are_accepted(tmp_path):
     content = vehicle_content(sizes=(4,), num_features=2)
     del content["num_samples"]
     content["user_data"]["f_00000"]["y"] = [1, -1, -1, 1]
-    data = load_vehicle(write_vehicle(tmp_path, content), labels="plus_minus", num_features=2)
+    data = load_vehicle(write_vehicle(tmp_path, content), labels="plus_minus", num_features=2, sha256=ANY_SHA256)
     np.testing.assert_array_equal(data.devices[0][1], [1, -1, -1, 1])
 
 
@@ -204,8 +206,45 @@ def test_malformed_vehicle_files_raise_data_error_naming_file_and_problem(tmp_pa
     edit(content)
     path = write_vehicle(tmp_path, content)
     with pytest.raises(DataError, match=message) as info:
-        load_vehicle(path)
+        load_vehicle(path, sha256=ANY_SHA256)
     assert str(path) in str(info.value)
+
+
+def test_vehicle_file_other_than_the_published_one_is_refused_naming_both_hashes(tmp_path):
+    path = write_vehicle(tmp_path, vehicle_content(sizes=(5, 3, 7)))
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(DataError) as info:
+        load_vehicle(path)
+    message = str(info.value)
+    assert str(path) in message and "sha256 mismatch" in message
+    assert f"expected {VEHICLE_SHA256}" in message and f"actual {actual}" in message
+    assert f"data.sha256={actual}" in message  # how to accept it knowingly
+    with pytest.raises(DataError, match="sha256 mismatch"):
+        build_dataset("vehicle", path=path)
+
+
+def test_another_vehicle_file_is_accepted_by_its_own_hash_or_any(tmp_path):
+    path = write_vehicle(tmp_path, vehicle_content(sizes=(5, 3, 7)))
+    actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert load_vehicle(path, sha256=actual).sha256 == actual
+    assert load_vehicle(path, sha256=actual.upper()).sha256 == actual
+    assert load_vehicle(path, sha256=ANY_SHA256).sizes == [5, 3, 7]
+    assert load_vehicle(path, sha256=None).sizes == [5, 3, 7]
+    assert build_dataset("vehicle", path=path, sha256=actual).metadata["sha256"] == actual
+    with pytest.raises(DataError, match=r"expected 0{64} \(data.sha256\)"):
+        load_vehicle(path, sha256="0" * 64)
+
+
+def test_a_changed_byte_in_the_vehicle_file_is_caught(tmp_path):
+    path = write_vehicle(tmp_path, vehicle_content(sizes=(5, 3, 7)))
+    accepted = hashlib.sha256(path.read_bytes()).hexdigest()
+    load_vehicle(path, sha256=accepted)
+    text = path.read_text()
+    path.write_text(text.replace("-", "+", 1).replace("+", "", 1))  # same JSON shape, one value changed
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    with pytest.raises(DataError, match="sha256 mismatch"):
+        load_vehicle(path, sha256=accepted)
 
 
 def test_missing_vehicle_file_says_where_the_data_comes_from(tmp_path):
@@ -217,12 +256,12 @@ def test_missing_vehicle_file_says_where_the_data_comes_from(tmp_path):
 def test_file_that_is_not_json_is_refused(tmp_path):
     path = write_vehicle(tmp_path, "{users: [")
     with pytest.raises(DataError, match=r"vehicle\.json: not a valid JSON file"):
-        load_vehicle(path)
+        load_vehicle(path, sha256=ANY_SHA256)
 
 
 def test_json_that_is_not_an_object_is_refused(tmp_path):
     with pytest.raises(DataError, match=r"expected a JSON object .* got list"):
-        load_vehicle(write_vehicle(tmp_path, [1, 2]))
+        load_vehicle(write_vehicle(tmp_path, [1, 2]), sha256=ANY_SHA256)
 
 
 def test_data_error_is_a_value_error():
@@ -231,32 +270,34 @@ def test_data_error_is_a_value_error():
 
 def test_feature_count_can_be_given(tmp_path):
     path = write_vehicle(tmp_path, vehicle_content(sizes=(3,), num_features=5))
-    assert load_vehicle(path, num_features=5).devices[0][0].shape == (3, 5)
+    assert load_vehicle(path, num_features=5, sha256=ANY_SHA256).devices[0][0].shape == (3, 5)
     with pytest.raises(DataError, match=r"sample 0: expected 6 features, got 5 features"):
-        load_vehicle(path, num_features=6)
+        load_vehicle(path, num_features=6, sha256=ANY_SHA256)
 
 
 def test_unknown_label_mode_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"labels must be one of zero_one, plus_minus"):
-        load_vehicle(write_vehicle(tmp_path, vehicle_content()), labels="signs")
+        load_vehicle(write_vehicle(tmp_path, vehicle_content()), labels="signs", sha256=ANY_SHA256)
 
 
 def test_vehicle_parse_is_cached_until_the_file_changes(tmp_path):
     path = write_vehicle(tmp_path, vehicle_content(sizes=(5, 3, 7)))
-    first = load_vehicle(path)
-    assert load_vehicle(path) is first
+    first = load_vehicle(path, sha256=ANY_SHA256)
+    assert load_vehicle(path, sha256=ANY_SHA256) is first
     assert not first.devices[0][0].flags.writeable
     path.write_text(json.dumps(vehicle_content(sizes=(4, 4))))
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    assert load_vehicle(path).sizes == [4, 4]
+    assert load_vehicle(path, sha256=ANY_SHA256).sizes == [4, 4]
 
 
 def test_small_vehicle_dataset_splits_and_reports_sha256(tmp_path):
     content = vehicle_content(sizes=(7, 3, 20))
     path = write_vehicle(tmp_path, content)
-    dataset = build_dataset("vehicle", path=path, train_fraction=0.5, val_fraction=0.2, test_fraction=0.3)
-    raw = load_vehicle(path)
+    dataset = build_dataset(
+        "vehicle", path=path, train_fraction=0.5, val_fraction=0.2, test_fraction=0.3, sha256=ANY_SHA256
+    )
+    raw = load_vehicle(path, sha256=ANY_SHA256)
     assert dataset.metadata["sha256"] == raw.sha256 and len(raw.sha256) == 64
     assert dataset.metadata["users"] == ["f_00000", "f_00001", "f_00002"]
     assert dataset.metadata["sizes"] == {"train": [4, 1, 10], "val": [1, 1, 4], "test": [2, 1, 6]}
@@ -267,7 +308,7 @@ def test_small_vehicle_dataset_splits_and_reports_sha256(tmp_path):
 def test_vehicle_device_too_small_to_split_is_named(tmp_path):
     content = vehicle_content(sizes=(5, 2))
     with pytest.raises(DataError, match=r"device 1 \('f_00001'\) has 2 samples; at least 3"):
-        build_dataset("vehicle", path=write_vehicle(tmp_path, content))
+        build_dataset("vehicle", path=write_vehicle(tmp_path, content), sha256=ANY_SHA256)
 
 
 def test_vehicle_needs_a_path():
@@ -431,8 +472,8 @@ def test_every_split_of_every_synthetic_device_is_non_empty_and_a_partition():
 
 def test_splits_change_with_the_seed_on_the_same_data(tmp_path):
     path = write_vehicle(tmp_path, vehicle_content(sizes=(40,)))
-    a = build_dataset("vehicle", path=path, seed=0).device(0)
-    b = build_dataset("vehicle", path=path, seed=1).device(0)
+    a = build_dataset("vehicle", path=path, seed=0, sha256=ANY_SHA256).device(0)
+    b = build_dataset("vehicle", path=path, seed=1, sha256=ANY_SHA256).device(0)
     assert not np.array_equal(a.x_test, b.x_test)
 
 
@@ -492,8 +533,10 @@ def test_noise_changes_only_chosen_devices_train_and_val(clean, kind):
 
 def test_flip_labels_on_binary_data_is_one_minus_y(tmp_path):
     path = write_vehicle(tmp_path, vehicle_content(sizes=(20, 20)))
-    clean_v = build_dataset("vehicle", path=path, seed=2)
-    flipped = build_dataset("vehicle", path=path, seed=2, noise="flip_labels", noisy_devices=[0])
+    clean_v = build_dataset("vehicle", path=path, seed=2, sha256=ANY_SHA256)
+    flipped = build_dataset(
+        "vehicle", path=path, seed=2, noise="flip_labels", noisy_devices=[0], sha256=ANY_SHA256
+    )
     np.testing.assert_array_equal(flipped.device(0).y_train, 1 - clean_v.device(0).y_train)
     np.testing.assert_array_equal(flipped.device(0).y_test, clean_v.device(0).y_test)
     assert_same_device(flipped.device(1), clean_v.device(1))

