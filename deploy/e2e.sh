@@ -27,6 +27,12 @@
 # the cache of the next run). The vehicle-sensor profile needs the data file:
 # $TERM_FL_VEHICLE_DATA, else data/vehicle_fewshot.json (see data/README.md).
 #
+# TERM_FL_E2E_CRASH=1 adds a fault to the fairness run: once round 1 is in the
+# store, every process inside the last SuperNode's container is SIGKILLed (a
+# crash: `docker kill` would be a manual stop, which no restart policy
+# restarts); the run must still finish, and the step prints how long each round
+# took and whether the restarted SuperNode took part again.
+#
 # Environment: TERM_FL_E2E_ROUNDS, TERM_FL_E2E_FAIRNESS_NODES, TERM_FL_E2E_TIMEOUT
 # (seconds per run, default 900), TERM_FL_E2E_IMAGE (default term-fl:e2e),
 # TERM_FL_E2E_CACHE (default ~/.cache/term-fl-e2e), TERM_FL_PYTHON_IMAGE (a base
@@ -317,8 +323,14 @@ run_profile() {
   PROJECTS+=("$dc")
 
   step "$profile: up" compose_up "$dc" "$profile"
+  local victim=""
+  if [ "${TERM_FL_E2E_CRASH:-0}" = 1 ] && [ "$profile" = fairness ]; then
+    victim="$((nodes - 1))"
+    step "$profile: crash a SuperNode after round 1" crash_supernode "$dc" "$profile" "$victim"
+  fi
   step "$profile: run ($ROUNDS rounds, $nodes SuperNodes)" wait_for_submit "$dc" "$profile"
-  step "$profile: checks" check_profile "$dc" "$profile" "$nodes" "$link_port" "$dash_port"
+  [ -z "$victim" ] || crash_report "$dc" "$profile" "$victim"
+  step "$profile: checks" check_profile "$dc" "$profile" "$nodes" "$link_port" "$dash_port" "$victim"
   step "$profile: down -v" compose_down "$dc" "$profile"
   PROJECTS=("${PROJECTS[@]:0:${#PROJECTS[@]}-1}")
 }
@@ -331,6 +343,48 @@ compose_up() {
 compose_down() {
   eval "$1 down -v --remove-orphans --timeout 10" >"$WORK/down-$2.log" 2>&1 \
     || { tail -20 "$WORK/down-$2.log" >&2; die "$2: compose down"; }
+}
+
+rounds_recorded() {  # rounds_recorded DC: rounds in the results store so far
+  eval "$1 exec -T dashboard python -" 2>/dev/null <<'EOF' || echo 0
+import sqlite3
+try:
+    print(sqlite3.connect("file:/results/results.db?mode=ro", uri=True, timeout=5).execute(
+        "SELECT count(*) FROM rounds").fetchone()[0])
+except sqlite3.Error:
+    print(0)
+EOF
+}
+
+crash_supernode() {
+  local dc="$1" profile="$2" victim="$3" cid i
+  for i in $(seq 1 "$RUN_TIMEOUT"); do
+    [ "$(rounds_recorded "$dc")" -ge 1 ] && break
+    sleep 1
+  done
+  cid="$(eval "$dc ps -q $profile-supernode-$victim")"
+  [ -n "$cid" ] || die "$profile: no container for $profile-supernode-$victim"
+  # every process of the container but its init (PID 1, docker-init), which then
+  # exits with the SuperNode's status: a crash, restarted by `restart: on-failure`
+  docker exec "$cid" sh -c 'kill -KILL -1' || true
+  log "$profile: SIGKILLed every process in $profile-supernode-$victim (after round 1)"
+}
+
+crash_report() {
+  local dc="$1" profile="$2" victim="$3" cid
+  cid="$(eval "$dc ps -a -q $profile-supernode-$victim")"
+  log "$profile: the crashed SuperNode's container restarted $(docker inspect -f '{{.RestartCount}}' "$cid") time(s)"
+  eval "$dc exec -T dashboard python - $victim" <<'EOF' >&2
+import json, sqlite3, sys
+victim = int(sys.argv[1])
+con = sqlite3.connect("file:/results/results.db?mode=ro", uri=True, timeout=30)
+for rnd, dur, excluded in con.execute("SELECT round, duration_s, excluded_json FROM rounds ORDER BY round"):
+    seen = [p for (p,) in con.execute(
+        "SELECT partition_id FROM device_eval WHERE round = ? AND split = 'test' ORDER BY partition_id", (rnd,))]
+    why = sorted({(e.get("partition_id"), e.get("reason", "")[:60]) for e in json.loads(excluded)}, key=str)
+    print(f"crash report: round {rnd}: {dur:.1f} s; test rows of {seen}; "
+          f"SuperNode {victim} {'replied' if victim in seen else 'missing'}; excluded {why}")
+EOF
 }
 
 show_logs() {
@@ -348,9 +402,9 @@ wait_for_submit() {
 }
 
 check_profile() {
-  local dc="$1" profile="$2" nodes="$3" link_port="$4" dash_port="$5" out run_id
+  local dc="$1" profile="$2" nodes="$3" link_port="$4" dash_port="$5" victim="${6:-}" out run_id
   # (a) the results store: finished, every round, per-device rows
-  out="$(eval "$dc exec -T dashboard python - /results/results.db $ROUNDS $nodes" <"$REPO/deploy/e2e_check.py")" \
+  out="$(eval "$dc exec -T dashboard python - /results/results.db $ROUNDS $nodes $victim" <"$REPO/deploy/e2e_check.py")" \
     || { show_logs "$dc" "$profile"; die "$profile: results store check"; }
   log "$profile: store ok: $out"
   run_id="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["run_id"])' "$out")"

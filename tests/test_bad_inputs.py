@@ -63,7 +63,10 @@ def _wrong_schema(c):
     del c["user_data"]
 
 
-VEHICLE = ["--set", "data.name=vehicle", "--set", "run.clients_per_round=2", "--set", "run.rounds=1"]
+# These files are not the published vehicle_fewshot.json: accepted knowingly (data.sha256=any),
+# so that the problem each case plants is the one reported.
+VEHICLE = ["--set", "data.name=vehicle", "--set", "data.sha256=any", "--set", "run.clients_per_round=2",
+           "--set", "run.rounds=1"]
 
 # (id, extra args builder(tmp_path) -> args, words the message must contain)
 SCENARIO_CASES = [
@@ -114,6 +117,11 @@ SCENARIO_CASES = [
     ("vehicle-clients-per-round-above-devices",
      lambda p: [*VEHICLE, "--set", "run.clients_per_round=10", "--set", f"data.path={vehicle_file(p)}"],
      ["run.clients_per_round = 10", "3 devices"]),
+    ("vehicle-not-the-published-file",
+     lambda p: ["--set", "data.name=vehicle", "--set", f"data.path={vehicle_file(p)}"],
+     ["data.sha256", "vehicle.json", "sha256 mismatch", "a8c8b22a89ea64e5", "data.sha256="]),
+    ("vehicle-sha256-not-hex", lambda p: ["--set", "data.name=vehicle", "--set", "data.sha256=abc"],
+     ["data.sha256", "abc"]),
 ]
 
 

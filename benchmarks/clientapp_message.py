@@ -1,0 +1,163 @@
+"""Where one Deployment-Engine ClientApp message spends its time, from process start to reply.
+
+    python -m benchmarks.clientapp_message [--tree DIR ...] [--reps N] [--scenario fairness|vehicle]
+
+Flower 1.42's SuperNode starts a fresh ``flwr-clientapp`` process for every
+message. This benchmark replays that life in a fresh Python process per
+message, with the messages the ServerApp sends (query, train, evaluate of the
+profile's scenario, the initial global model), and times each stage from
+before the process is spawned:
+
+    flower: start    interpreter start + what flwr-clientapp imports before the app
+    term-fl: import  loading the app (``client.app``: term_fl and what it imports)
+    flower: message  deserialising the message (pickle here; protobuf in Flower)
+    term-fl: handle  the app's handler (scenario, data, model, training / evaluation)
+    flower: reply    serialising the reply
+
+``--tree`` runs the app from another source tree (e.g. a checkout of main),
+interleaved with this one (A/B/A/B), so that before/after share the
+machine's load. Wall and CPU seconds are medians over ``--reps`` messages of
+each kind. Nothing asserts anything about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+CHILD = r"""
+import json, os, pickle, resource, sys, time
+t = {"spawned": float(sys.argv[3])}
+def mark(name):
+    t[name] = time.time()
+    t[name + "_cpu"] = time.process_time()
+tree = sys.argv[1]
+sys.path.insert(0, tree)
+import flwr.supernode.cli.flwr_clientapp  # noqa: F401  what flwr-clientapp imports first
+from flwr.app import Context, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1  # as in a ClientApp process
+mark("flower_start")
+from client.app import app
+mark("app_import")
+with open(sys.argv[2], "rb") as fh:
+    message, node_config = pickle.load(fh)
+mark("message")
+context = Context(run_id=1, node_id=1, node_config=node_config, state=RecordDict(), run_config={})
+reply = app(message, context)
+mark("handle")
+blob = pickle.dumps(reply)
+mark("reply")
+assert not reply.has_error(), reply.error
+import term_fl
+t["term_fl_file"] = term_fl.__file__
+t["torch_imported"] = "torch" in sys.modules
+print(json.dumps(t))
+"""
+
+STAGES = (
+    ("flower: start", "spawned", "flower_start"),
+    ("term-fl: import", "flower_start", "app_import"),
+    ("flower: message", "app_import", "message"),
+    ("term-fl: handle", "message", "handle"),
+    ("flower: reply", "handle", "reply"),
+)
+
+
+def build_messages(scenario_name: str, workdir: Path) -> dict[str, Path]:
+    """Pickle the query, train and evaluate messages the ServerApp sends in round 1 (partition 0)."""
+    from flwr.app import ConfigRecord, Message, MessageType, RecordDict
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from term_fl.config import load_scenario
+    from term_fl.federation import SCENARIO_KEY, initial_arrays
+
+    if scenario_name == "vehicle":
+        scenario = load_scenario(REPO / "configs" / "vehicle-sensor.toml")
+    else:
+        scenario = load_scenario(REPO / "configs" / "fairness.toml",
+                                 ["data.num_devices=10", "run.clients_per_round=5"])
+    TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID  # a ServerApp's
+    num = 23 if scenario.data.name == "vehicle" else scenario.data.num_devices
+    node_config = {"partition-id": 0, "num-partitions": num}
+    arrays = initial_arrays(scenario)
+    config = ConfigRecord({SCENARIO_KEY: scenario.to_json(), "server-round": 1})
+    messages = {
+        "query": Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=1, message_type=MessageType.QUERY),
+        "train": Message(RecordDict({"arrays": arrays, "config": config}), dst_node_id=1,
+                         message_type=MessageType.TRAIN),
+        "evaluate": Message(RecordDict({"arrays": arrays, "config": config}), dst_node_id=1,
+                            message_type=MessageType.EVALUATE),
+    }
+    paths = {}
+    for kind, message in messages.items():
+        message.metadata.__dict__["_message_id"] = f"{kind}-0"  # set by the SuperLink
+        path = workdir / f"{kind}.pkl"
+        path.write_bytes(pickle.dumps((message, node_config)))
+        paths[kind] = path
+    return paths
+
+
+def one_message(tree: Path, path: Path, env: dict[str, str]) -> dict:
+    spawned = time.time()
+    out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(path), repr(spawned)],
+                         capture_output=True, text=True, env=env, check=False, timeout=600)
+    if out.returncode != 0:
+        raise RuntimeError(f"ClientApp process failed ({tree}, {path.name}):\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", type=Path, action="append", default=[],
+                        help="another source tree to compare (default: only this one)")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--scenario", choices=("fairness", "vehicle"), default="fairness")
+    parser.add_argument("--kinds", default="query,train,evaluate")
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    args = parser.parse_args(argv)
+    trees = [REPO, *[t.resolve() for t in args.tree]]
+    kinds = [k for k in args.kinds.split(",") if k]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
+    results: dict[str, dict[str, list[dict]]] = {str(t): {k: [] for k in kinds} for t in trees}
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = build_messages(args.scenario, Path(tmp))
+        for _ in range(args.reps):
+            for kind in kinds:
+                for tree in trees:  # interleaved: A B A B
+                    results[str(tree)][kind].append(one_message(tree, paths[kind], env))
+    load = os.getloadavg()[0]
+    print(f"ClientApp message, fresh process each ({args.scenario} scenario, partition 0, "
+          f"median of {args.reps}; load average {load:.1f} on {os.cpu_count()} CPUs)")
+    header = f"{'tree':<28} {'message':<9} " + " ".join(f"{s[0]:>16}" for s in STAGES)
+    print(header + f" {'total':>8} {'term-fl':>8} {'share':>6}")
+    summary = {}
+    for tree in trees:
+        for kind in kinds:
+            runs = results[str(tree)][kind]
+            med = {name: statistics.median(r[b] - r[a] for r in runs) for name, a, b in STAGES}
+            total = statistics.median(r["reply"] - r["spawned"] for r in runs)
+            ours = statistics.median((r["app_import"] - r["flower_start"]) + (r["handle"] - r["message"]) for r in runs)
+            summary[f"{tree.name}:{kind}"] = {**med, "total": total, "term-fl": ours,
+                                              "torch_imported": runs[0]["torch_imported"]}
+            label = tree.name if tree != REPO else f"{tree.name} (this tree)"
+            print(f"{label[:28]:<28} {kind:<9} " + " ".join(f"{med[s[0]]:>16.3f}" for s in STAGES)
+                  + f" {total:>8.3f} {ours:>8.3f} {ours / total:>6.0%}")
+    if args.json:
+        args.json.write_text(json.dumps({"load": load, "summary": summary, "raw": results}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
