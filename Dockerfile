@@ -75,7 +75,7 @@ RUN --mount=type=bind,source=deploy/build-inputs,target=/tmp/inputs \
 
 # 2. The project's runtime dependencies with the extras sim and dashboard, read
 #    from pyproject.toml (a cached layer while pyproject.toml does not change).
-COPY pyproject.toml README.md /app/
+COPY pyproject.toml /app/
 RUN --mount=type=bind,source=deploy/build-inputs,target=/tmp/inputs \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     set -eu; \
@@ -88,6 +88,7 @@ RUN --mount=type=bind,source=deploy/build-inputs,target=/tmp/inputs \
 # 3. The project itself. /app is the Flower app directory that `flwr run /app`
 #    bundles (pyproject.toml, client/, server/, configs/); term_fl is installed
 #    into the environment (setuptools came with torch: no build isolation).
+COPY README.md /app/README.md
 COPY term_fl /app/term_fl
 COPY client /app/client
 COPY server /app/server

@@ -115,14 +115,32 @@ def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.
                 "(run.node_timeout); start one SuperNode per partition, or raise run.node_timeout"
             )
         time.sleep(poll_s)
+    mapping: dict[int, int] = {}
+    for node, pid in _query_partitions(grid, node_ids, expected, max(1.0, deadline - time.monotonic())):
+        if pid in mapping.values():
+            other = next(n for n, p in mapping.items() if p == pid)
+            raise FederationError(
+                f"nodes {other} and {node} both hold partition-id={pid}; "
+                "give every SuperNode a distinct partition-id"
+            )
+        mapping[node] = pid
+    if len(mapping) < expected:
+        missing = sorted(set(range(expected)) - set(mapping.values()))
+        raise FederationError(
+            f"{len(mapping)} of {expected} partitions answered the discovery query within {timeout:g} s; "
+            f"missing partition ids: {missing[:20]}{' ...' if len(missing) > 20 else ''}"
+        )
+    return mapping
+
+
+def _query_partitions(grid: Grid, node_ids: Sequence[int], expected: int, timeout: float) -> list[tuple[int, int]]:
+    """Ask nodes which partition they hold: (node id, partition id) of every valid answer."""
     messages = [
         Message(RecordDict({CONFIG: ConfigRecord({})}), dst_node_id=node_id, message_type=MessageType.QUERY)
         for node_id in node_ids
     ]
-    remaining = max(1.0, deadline - time.monotonic())
-    replies = list(grid.send_and_receive(messages, timeout=remaining))
-    mapping: dict[int, int] = {}
-    for reply in replies:
+    answers = []
+    for reply in grid.send_and_receive(messages, timeout=timeout):
         metrics = metrics_of(reply)
         if metrics is None or PARTITION_ID not in metrics or NUM_PARTITIONS not in metrics:
             reason = reply.error.reason if reply.has_error() else "the reply holds no partition-id and num-partitions"
@@ -135,19 +153,36 @@ def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.
                 f"node {reply.metadata.src_node_id} holds partition-id={pid} of num-partitions={num}, "
                 f"but the scenario's dataset has {expected} devices (partition ids 0..{expected - 1})"
             )
-        if pid in mapping.values():
-            other = next(n for n, p in mapping.items() if p == pid)
-            raise FederationError(
-                f"nodes {other} and {reply.metadata.src_node_id} both hold partition-id={pid}; "
-                "give every SuperNode a distinct partition-id"
-            )
-        mapping[reply.metadata.src_node_id] = pid
-    if len(mapping) < expected:
-        missing = sorted(set(range(expected)) - set(mapping.values()))
-        raise FederationError(
-            f"{len(mapping)} of {expected} partitions answered the discovery query within {timeout:g} s; "
-            f"missing partition ids: {missing[:20]}{' ...' if len(missing) > 20 else ''}"
-        )
+        answers.append((reply.metadata.src_node_id, pid))
+    return answers
+
+
+def rejoin_nodes(grid: Grid, node_partitions: dict[int, int], expected: int, timeout: float) -> dict[int, int]:
+    """Map nodes that connected after discovery: a restarted SuperNode takes its partition back.
+
+    A SuperNode that crashed and was started again (compose: ``restart:
+    on-failure``) registers under a new node id. Flower's node liveness
+    drops the old id from ``grid.get_node_ids()`` once it misses its
+    heartbeats (about 60 s in Flower 1.42), and the strategies sample only
+    connected nodes. A new id is asked for its partition; it takes the
+    partition over when the partition's node is no longer connected (while
+    that node is still connected, the newcomer is ignored with a warning).
+    Engines whose nodes never change pay one ``get_node_ids()`` per round.
+    """
+    online = set(grid.get_node_ids())
+    newcomers = sorted(online - set(node_partitions))
+    if not newcomers:
+        return node_partitions
+    mapping = dict(node_partitions)
+    node_of = {pid: node for node, pid in mapping.items()}
+    for node, pid in _query_partitions(grid, newcomers, expected, timeout):
+        old = node_of.get(pid)
+        if old is not None and old in online:
+            log.warning("node %s also holds partition-id=%d, which node %s still serves: ignored", node, pid, old)
+            continue
+        mapping.pop(old, None)
+        mapping[node] = node_of[pid] = pid
+        log.warning("partition %d is back: node %s replaces node %s", pid, node, old)
     return mapping
 
 
@@ -262,6 +297,11 @@ def _rounds(
     completed = 0
     for server_round in range(1, run.rounds + 1):
         start = time.perf_counter()
+        if server_round > 1:
+            rejoined = rejoin_nodes(grid, node_partitions, num_devices, run.round_timeout)
+            if rejoined is not node_partitions:
+                node_partitions = rejoined
+                strategy.set_node_partitions(node_partitions)
         messages = list(strategy.configure_train(server_round, arrays, config, grid))
         sampled = _partition_of(messages, node_partitions)
         replies = grid.send_and_receive(messages, timeout=run.round_timeout)

@@ -267,3 +267,59 @@ def test_noisy_runs_report_the_clean_devices_separately(tmp_path):
                                 correct=test["correct"][clean])
     assert summary["test_clean"]["K"] == 4
     assert summary["test_clean"]["pooled_mean"] == pytest.approx(expected["pooled_mean"])
+
+
+class CrashingGrid(InProcessGrid):
+    """Partition 1's node crashes when round 2's training is sent (gone from
+    get_node_ids, its messages unanswerable) and comes back under a new node
+    id after round 2, as a SuperNode that `restart: on-failure` started again."""
+
+    def __init__(self, client_app, num_nodes, victim_partition=1):
+        super().__init__(client_app, num_nodes)
+        self.old = next(n for n, c in self._contexts.items() if c.node_config["partition-id"] == victim_partition)
+        self.new = max(self._contexts) + 1
+        self.batches: list[str] = []
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        kind = messages[0].metadata.message_type if messages else ""
+        self.batches.append(kind)
+        if kind == "train" and self.batches.count("train") == 2:
+            self._crashed = self._contexts.pop(self.old)
+        ids = super().push_messages(messages)
+        if kind == "evaluate" and self.batches.count("evaluate") == 2:
+            self._contexts[self.new] = self._crashed  # restarted: same partition, new node id
+        return ids
+
+
+def test_a_crashed_node_is_skipped_and_its_partition_rejoins_under_a_new_node_id(caplog):
+    scenario = small_scenario("run.engine=inprocess", "run.clients_per_round=6", "run.rounds=4")
+    grid = CrashingGrid(client_app, 6)
+    rec = ListRecorder()
+    with caplog.at_level("WARNING", logger="term_fl"):
+        result = run_federation(grid, scenario, rec)
+    evaluated = [sorted({r["partition_id"] for r in rnd.eval_rows}) for rnd in rec.rounds]
+    assert evaluated == [list(range(6)), [0, 2, 3, 4, 5], list(range(6)), list(range(6))]
+    # round 2 sampled the node before it crashed: its update is excluded, the round goes on
+    assert [e["partition_id"] for e in rec.rounds[1].excluded] == [1]
+    assert all(r["included"] == 1 for rnd in rec.rounds[2:] for r in rnd.train_rows)
+    assert result.node_partitions[grid.new] == 1 and grid.old not in result.node_partitions
+    assert f"partition 1 is back: node {grid.new} replaces node {grid.old}" in caplog.text
+    assert grid.batches.count("query") == 2  # discovery, then the newcomer only
+
+
+def test_a_second_node_claiming_a_live_partition_is_ignored(caplog):
+    scenario = small_scenario("run.engine=inprocess", "run.rounds=2")
+    grid = InProcessGrid(client_app, 6)
+    first = next(n for n, c in grid._contexts.items() if c.node_config["partition-id"] == 0)
+    rec = ListRecorder()
+
+    class LateDuplicate(Recorder):
+        def record_round(self, record):
+            rec.record_round(record)
+            grid._contexts[max(grid._contexts) + 1] = grid._contexts[first]  # a second SuperNode, partition 0
+
+    with caplog.at_level("WARNING", logger="term_fl"):
+        result = run_federation(grid, scenario, LateDuplicate())
+    assert result.node_partitions[first] == 0 and len(result.node_partitions) == 6
+    assert "also holds partition-id=0" in caplog.text
