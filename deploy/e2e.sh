@@ -64,6 +64,7 @@ LABEL="org.term-fl.e2e=1"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/term-fl-e2e.XXXXXX")"
 DOCKERD_PID=""
+WAIT_PID=""        # the background `docker wait` of a run, if one is waiting
 PROJECTS=()        # compose invocations to take down at exit (one string each)
 ADDED_INPUTS=()    # files this run put into deploy/build-inputs/
 STEP_NAMES=()
@@ -107,6 +108,7 @@ cleanup() {
   local rc=$?
   set +e
   trap - EXIT INT TERM
+  [ -n "$WAIT_PID" ] && kill "$WAIT_PID" 2>/dev/null
   local p
   for p in "${PROJECTS[@]}"; do
     log "removing compose project: $p"
@@ -397,7 +399,12 @@ wait_for_submit() {
   local dc="$1" profile="$2" cid code
   cid="$(eval "$dc ps -a -q submit-$profile")"
   [ -n "$cid" ] || { show_logs "$dc" "$profile"; die "$profile: no submitter container"; }
-  code="$(timeout "$RUN_TIMEOUT" docker wait "$cid")" || { show_logs "$dc" "$profile"; die "$profile: no result within $RUN_TIMEOUT s"; }
+  # in the background, so that Ctrl-C / SIGTERM reach the cleanup at once
+  timeout "$RUN_TIMEOUT" docker wait "$cid" >"$WORK/wait-$profile.out" &
+  WAIT_PID=$!
+  wait "$WAIT_PID" || { WAIT_PID=""; show_logs "$dc" "$profile"; die "$profile: no result within $RUN_TIMEOUT s"; }
+  WAIT_PID=""
+  code="$(cat "$WORK/wait-$profile.out")"
   [ "$code" = 0 ] || { show_logs "$dc" "$profile"; die "$profile: the submitter (flwr run) exited with $code"; }
 }
 

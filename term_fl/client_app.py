@@ -36,6 +36,7 @@ from term_fl.keys import (
     TRAIN_LOSS_SUM,
     eval_key,
 )
+from term_fl.node_query import partition_reply
 from term_fl.seeding import derive_seed
 from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.training import as_tensors, evaluate_segments, move_model, resolve_device, train_tensors
@@ -196,9 +197,7 @@ def _task(msg: Message, context: Context) -> _Task:
 @app.query()
 def query(msg: Message, context: Context) -> Message:
     """Tell the server which partition this node holds (node discovery)."""
-    pid = int(context.node_config.get(PARTITION_ID, -1))
-    num = int(context.node_config.get(NUM_PARTITIONS, 0))
-    return Message(RecordDict({METRICS: MetricRecord({PARTITION_ID: pid, NUM_PARTITIONS: num})}), reply_to=msg)
+    return partition_reply(msg, context)
 
 
 @app.train()

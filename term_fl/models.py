@@ -140,9 +140,21 @@ class MLP(TermModel):
         return [self.hidden.weight, self.output.weight]
 
 
+def _linear(in_features: int, out_features: int) -> nn.Linear:
+    """An ``nn.Linear`` whose default initialisation leaves the global RNG as it was.
+
+    The caller overwrites the parameters. Not ``nn.utils.skip_init``: its
+    ``to_empty`` imports sympy through torch's symbolic shapes (about 1 s,
+    and 5 s on a loaded machine, in every fresh ClientApp process of the
+    Deployment Engine).
+    """
+    with torch.random.fork_rng(devices=[]):
+        return nn.Linear(in_features, out_features)
+
+
 def _zero_linear(in_features: int, out_features: int) -> nn.Linear:
     """An ``nn.Linear`` at zero (built without drawing from the global RNG)."""
-    layer = nn.utils.skip_init(nn.Linear, in_features, out_features)
+    layer = _linear(in_features, out_features)
     with torch.no_grad():
         layer.weight.zero_()
         layer.bias.zero_()
@@ -151,7 +163,7 @@ def _zero_linear(in_features: int, out_features: int) -> nn.Linear:
 
 def _seeded_linear(in_features: int, out_features: int, generator: torch.Generator) -> nn.Linear:
     """An ``nn.Linear`` with PyTorch's default initialisation, drawn from ``generator``."""
-    layer = nn.utils.skip_init(nn.Linear, in_features, out_features)
+    layer = _linear(in_features, out_features)
     with torch.no_grad():
         nn.init.kaiming_uniform_(layer.weight, a=math.sqrt(5), generator=generator)
         bound = 1.0 / math.sqrt(in_features)

@@ -93,3 +93,66 @@ def test_device_tensors_stack_validation_then_test_and_share_the_training_arrays
     assert np.array_equal(tensors.y_eval.numpy(), np.concatenate([data.y_val, data.y_test]))
     assert np.shares_memory(tensors.x_train.numpy(), data.x_train)
     assert device_tensors(data, model, torch.device("cpu")) is tensors
+
+
+# --------------------------------------------------------------------------
+# What a fresh ClientApp process imports (the Deployment Engine starts one per
+# message): the property, not a time.
+# --------------------------------------------------------------------------
+
+_FRESH = r"""
+import json, pickle, sys
+sys.path.insert(0, sys.argv[1])
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, 1
+from client.app import app
+context = Context(run_id=1, node_id=1, node_config={"partition-id": 2, "num-partitions": 6},
+                  state=RecordDict(), run_config={})
+kind = sys.argv[2]
+if kind == "query":
+    msg = Message(RecordDict({"config": ConfigRecord({})}), dst_node_id=1, message_type=MessageType.QUERY)
+else:
+    with open(sys.argv[3], "rb") as fh:
+        msg = pickle.load(fh)
+msg.metadata.__dict__["_message_id"] = "m"
+reply = app(msg, context)
+assert not reply.has_error(), reply.error.reason
+print(json.dumps({"metrics": {k: v for k, v in reply.content["metrics"].items()},
+                  "modules": sorted(m for m in ("torch", "sympy", "pydantic", "term_fl.config", "term_fl.data")
+                                    if m in sys.modules)}))
+"""
+
+
+def _fresh_process(kind: str, tmp_path) -> dict:
+    import json
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    message = tmp_path / "msg.pkl"
+    if kind != "query":
+        content = RecordDict({"arrays": to_array_record(_weights(3)),
+                              "config": ConfigRecord({SCENARIO_KEY: SCENARIO.to_json(), "server-round": 1})})
+        message.write_bytes(pickle.dumps(Message(content, dst_node_id=1, message_type=kind)))
+    repo = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", _FRESH, str(repo), kind, str(message)],
+                         capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_a_discovery_query_in_a_fresh_process_imports_neither_torch_nor_the_scenario(tmp_path):
+    result = _fresh_process("query", tmp_path)
+    assert result["metrics"] == {"partition-id": 2, "num-partitions": 6}
+    assert result["modules"] == []
+
+
+@pytest.mark.parametrize("kind", ["train", "evaluate"])
+def test_train_and_evaluate_in_a_fresh_process_import_no_sympy_and_answer_as_in_process(kind, tmp_path):
+    """client.app (the FAB's ClientApp) imports the handlers lazily and replies exactly as
+    term_fl.client_app.app; building the model does not pull in sympy (torch's symbolic shapes)."""
+    result = _fresh_process(kind, tmp_path)
+    assert "sympy" not in result["modules"] and "torch" in result["modules"]
+    expected = _send(kind, to_array_record(_weights(3)), 2)
+    assert result["metrics"] == pytest.approx(expected, rel=1e-12)

@@ -177,3 +177,10 @@ def test_each_model_penalises_exactly_its_parameters_named_weight(name):
     expected = [p for n, p in model.named_parameters() if n.endswith("weight")]
     got = model._penalised()
     assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True))
+
+
+@pytest.mark.parametrize("name", ["linear_svm", "logreg", "mlp"])
+def test_building_any_model_leaves_the_global_rng_untouched(name):
+    state = torch.get_rng_state()
+    build_model(name, 9, 2, hidden=4, seed=1)
+    assert torch.equal(torch.get_rng_state(), state)
