@@ -109,6 +109,25 @@ def build_messages(scenario_name: str, workdir: Path) -> dict[str, Path]:
     return paths
 
 
+BUILD = r"""
+import importlib.util, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])  # that tree's term_fl
+spec = importlib.util.spec_from_file_location("clientapp_message", sys.argv[2])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+module.build_messages(sys.argv[3], Path(sys.argv[4]))
+"""
+
+
+def build_for_tree(tree: Path, scenario: str, workdir: Path, env: dict[str, str]) -> dict[str, Path]:
+    """The messages as that tree's ServerApp would send them (its own scenario schema)."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-c", BUILD, str(tree), __file__, scenario, str(workdir)],
+                   check=True, env=env, timeout=600)
+    return {kind: workdir / f"{kind}.pkl" for kind in ("query", "train", "evaluate")}
+
+
 def one_message(tree: Path, path: Path, env: dict[str, str]) -> dict:
     spawned = time.time()
     out = subprocess.run([sys.executable, "-c", CHILD, str(tree), str(path), repr(spawned)],
@@ -132,11 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
     results: dict[str, dict[str, list[dict]]] = {str(t): {k: [] for k in kinds} for t in trees}
     with tempfile.TemporaryDirectory() as tmp:
-        paths = build_messages(args.scenario, Path(tmp))
+        paths = {str(t): build_for_tree(t, args.scenario, Path(tmp) / str(i), env) for i, t in enumerate(trees)}
         for _ in range(args.reps):
             for kind in kinds:
                 for tree in trees:  # interleaved: A B A B
-                    results[str(tree)][kind].append(one_message(tree, paths[kind], env))
+                    results[str(tree)][kind].append(one_message(tree, paths[str(tree)][kind], env))
     load = os.getloadavg()[0]
     print(f"ClientApp message, fresh process each ({args.scenario} scenario, partition 0, "
           f"median of {args.reps}; load average {load:.1f} on {os.cpu_count()} CPUs)")
