@@ -75,12 +75,13 @@ RUN --mount=type=bind,source=deploy/build-inputs,target=/tmp/inputs \
 
 # 2. The project's runtime dependencies with the extras sim and dashboard, read
 #    from pyproject.toml (a cached layer while pyproject.toml does not change).
-COPY pyproject.toml /app/
+WORKDIR /app
+COPY pyproject.toml ./
 RUN --mount=type=bind,source=deploy/build-inputs,target=/tmp/inputs \
     --mount=type=cache,target=/root/.cache/pip,sharing=locked \
     set -eu; \
     if [ -f /tmp/inputs/ca-certificates.crt ]; then export PIP_CERT=/tmp/inputs/ca-certificates.crt; fi; \
-    python -c 'import tomllib; p = tomllib.load(open("/app/pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["sim"] + x["dashboard"]))' \
+    python -c 'import tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print("\n".join(p["dependencies"] + x["sim"] + x["dashboard"]))' \
         > /tmp/requirements.txt; \
     pip install -r /tmp/requirements.txt; \
     rm /tmp/requirements.txt
@@ -94,7 +95,6 @@ COPY client /app/client
 COPY server /app/server
 COPY configs /app/configs
 COPY deploy/submit.sh deploy/check_data.py /app/deploy/
-WORKDIR /app
 RUN pip install --no-cache-dir --no-deps --no-build-isolation /app \
  && rm -rf /app/build /app/*.egg-info \
  && chmod 0755 /app/deploy/submit.sh \

@@ -360,8 +360,11 @@ EOF
 
 crash_supernode() {
   local dc="$1" profile="$2" victim="$3" cid i
+  local submit; submit="$(eval "$dc ps -a -q submit-$profile")"
   for i in $(seq 1 "$RUN_TIMEOUT"); do
     [ "$(rounds_recorded "$dc")" -ge 1 ] && break
+    [ "$(docker inspect -f '{{.State.Running}}' "$submit")" = true ] \
+      || { show_logs "$dc" "$profile"; die "$profile: the run ended before round 1"; }
     sleep 1
   done
   cid="$(eval "$dc ps -q $profile-supernode-$victim")"
