@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from term_fl.client_app import app as client_app
-from term_fl.client_app import dataset_for
+from term_fl.client_app import make_client_app
+from term_fl.data import dataset_for
+from term_fl.engines.client_cache import ClientCache
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation import Recorder, RoundRecord, run_federation
 
@@ -32,7 +33,7 @@ def _engine_rounds(scenario) -> tuple[list[float], list[dict[str, float]]]:
     """Round durations, and per round where the time went (clients training / evaluating, server)."""
     durations: list[float] = []
     parts: list[dict[str, float]] = []
-    grid = TimingGrid(InProcessGrid(client_app, dataset_for(scenario).num_devices))
+    grid = TimingGrid(InProcessGrid(make_client_app(ClientCache()), dataset_for(scenario).num_devices))  # as run_scenario
 
     def on_round(record: RoundRecord, total: int) -> None:
         durations.append(record.duration_s)

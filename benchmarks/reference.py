@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from term_fl.client_app import dataset_for
+from term_fl.data import dataset_for
 from term_fl.config import Scenario
 from term_fl.seeding import TRAIN_SAMPLING
 

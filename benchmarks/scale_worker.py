@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from term_fl.client_app import app as client_app
+    from term_fl.engines.client_cache import app as client_app
     from term_fl.engines.flower import backend_config, ray_session
     from term_fl.federation import Recorder, RoundRecord, run_federation
 

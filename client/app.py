@@ -1,9 +1,10 @@
-"""ClientApp for `flwr run .`: the same handlers every engine uses.
+"""ClientApp for `flwr run .`: the handlers every engine uses, over this process's client cache.
 
 The Deployment Engine starts a fresh process for every message, so this
 module imports only Flower: a train or evaluate message imports
 term_fl.client_app (torch, the data, the model) when it arrives, and the
-node-discovery query never does.
+node-discovery query never does. Flower's Simulation Engine keeps its
+ClientApp processes, and with them the cache (term_fl.engines.client_cache).
 """
 
 from flwr.app import Context, Message
@@ -21,16 +22,18 @@ def query(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    from term_fl.client_app import train_handler
+    from term_fl.client_app import train as train_handler
+    from term_fl.engines.client_cache import process_cache
 
-    return train_handler(msg, context)
+    return train_handler(msg, context, process_cache())
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    from term_fl.client_app import evaluate_handler
+    from term_fl.client_app import evaluate as evaluate_handler
+    from term_fl.engines.client_cache import process_cache
 
-    return evaluate_handler(msg, context)
+    return evaluate_handler(msg, context, process_cache())
 
 
 __all__ = ["app"]

@@ -3,14 +3,16 @@
 The server sends the resolved scenario (one JSON string, paths absolute) in
 every message's ConfigRecord, so the ClientApp needs nothing else: the same
 code runs in Flower's Simulation Engine, in the Deployment Engine and in the
-in-process engine. Datasets and models are built lazily inside the client
-process from (scenario, partition-id) and cached.
+in-process engine. A message's dataset, model and tensors come from a
+:class:`Workspace`: this one builds them for every message, from (scenario,
+partition-id). The engines hand the ClientApp a workspace that keeps them
+between messages (:mod:`term_fl.engines.client_cache`), which changes no
+reply, only the time.
 """
 
 from __future__ import annotations
 
 import functools
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,8 +21,8 @@ from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from term_fl.config import Scenario
-from term_fl.data import DeviceData, FederatedDataset, build_dataset
-from term_fl.models import TermModel, build_model, set_weights
+from term_fl.data import DeviceData, FederatedDataset, dataset_for
+from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.keys import (
     ARRAYS,
     CONFIG,
@@ -36,89 +38,24 @@ from term_fl.keys import (
     TRAIN_LOSS_SUM,
     eval_key,
 )
+from term_fl.models import TermModel, model_for, set_weights
 from term_fl.node_query import partition_reply
 from term_fl.seeding import derive_seed
-from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.training import as_tensors, evaluate_segments, move_model, resolve_device, train_tensors
 
-app = ClientApp()
+__all__ = ["DeviceTensors", "Setting", "Workspace", "app", "device_tensors", "make_client_app"]
 
 
-@functools.lru_cache(maxsize=8)
-def scenario_from_json(text: str) -> Scenario:
-    """Parse the scenario sent by the server (cached: every message carries it)."""
-    return Scenario.from_json(text)
+@dataclass(frozen=True, eq=False)
+class Setting:
+    """What a scenario fixes for every message of a run: the scenario, its dataset, the torch device.
 
-
-def dataset_kwargs(scenario: Scenario) -> dict:
-    """Keyword arguments of term_fl.data.build_dataset for a scenario."""
-    d = scenario.data
-    return dict(
-        path=d.path,
-        seed=scenario.data_seed,
-        num_devices=d.num_devices,
-        alpha=d.alpha,
-        beta=d.beta,
-        max_samples=d.max_samples,
-        train_fraction=d.train_fraction,
-        val_fraction=d.val_fraction,
-        test_fraction=d.test_fraction,
-        noise=d.noise,
-        noisy_devices=tuple(d.noisy_devices),
-        num_noisy=d.num_noisy,
-        noise_scale=d.noise_scale,
-        sha256=d.sha256,
-    )
-
-
-@functools.lru_cache(maxsize=8)
-def _cached_dataset(name: str, frozen_kwargs: tuple) -> FederatedDataset:
-    return build_dataset(name, **dict(frozen_kwargs))
-
-
-def dataset_for(scenario: Scenario) -> FederatedDataset:
-    """The scenario's dataset, built once per process (devices are built lazily)."""
-    return _cached_dataset(scenario.data.name, tuple(sorted(dataset_kwargs(scenario).items())))
-
-
-def model_for(scenario: Scenario, dataset: FederatedDataset, seed: int | None = None) -> TermModel:
-    """A fresh model of the scenario's architecture (initialised from ``seed``)."""
-    m = scenario.model
-    return build_model(
-        m.name,
-        dataset.num_features,
-        dataset.num_classes,
-        hidden=m.hidden,
-        l2=m.l2,
-        seed=scenario.run.seed if seed is None else seed,
-    )
-
-
-def _partition(context: Context, dataset: FederatedDataset) -> int:
-    try:
-        pid = int(context.node_config[PARTITION_ID])
-    except KeyError:
-        raise ValueError(
-            "node_config has no 'partition-id': start the SuperNode with "
-            "--node-config \"partition-id=I num-partitions=N\""
-        ) from None
-    num = int(context.node_config.get(NUM_PARTITIONS, dataset.num_devices))
-    if num != dataset.num_devices or not 0 <= pid < dataset.num_devices:
-        raise ValueError(
-            f"partition-id={pid} num-partitions={num} does not match the dataset "
-            f"'{dataset.name}' with {dataset.num_devices} devices (allowed partition ids 0..{dataset.num_devices - 1})"
-        )
-    return pid
-
-
-@dataclass
-class _Task:
-    """What one train or evaluate message asks of this node."""
+    Compared (and hashed) by identity: a workspace may key what it keeps by it.
+    """
 
     scenario: Scenario
-    partition_id: int
-    data: DeviceTensors
-    model: TermModel  # holding the incoming global weights, on data.device
+    dataset: FederatedDataset
+    device: torch.device
 
 
 @dataclass(frozen=True)
@@ -139,14 +76,8 @@ class DeviceTensors:
     eval_ends: tuple[int, ...]
 
 
-@functools.lru_cache(maxsize=256)
 def device_tensors(data: DeviceData, model: TermModel, device: torch.device) -> DeviceTensors:
-    """A device's data checked against the model and converted once per (device, model, torch device).
-
-    Bounded: a client process that meets thousands of partitions (Flower's
-    Simulation Engine) keeps the last 256; on the CPU the training tensors
-    share memory with the dataset's arrays.
-    """
+    """A device's data checked against the model and converted for ``device`` (training arrays shared on the CPU)."""
     x_train, y_train = as_tensors(model, data.x_train, data.y_train, device)
     splits = [data.split(name) for name in EVAL_SPLITS]
     x_eval, y_eval = as_tensors(
@@ -156,60 +87,66 @@ def device_tensors(data: DeviceData, model: TermModel, device: torch.device) -> 
     return DeviceTensors(device, x_train, y_train, x_eval, y_eval, ends)
 
 
-# The weights last loaded into each worker model, by the record they came from:
-# the in-process engine hands one global-model record to every client of a
-# round, so the evaluation clients need not reload it. Flower's engines
-# deserialise a record per message, so nothing is reused there.
-_loaded_from: weakref.WeakKeyDictionary[TermModel, weakref.ref] = weakref.WeakKeyDictionary()
+class Workspace:
+    """Where the ClientApp gets what a message needs: built anew for every message.
 
-
-def _load(model: TermModel, arrays: ArrayRecord) -> None:
-    ref = _loaded_from.get(model)
-    if ref is not None and ref() is arrays:
-        return
-    set_weights(model, from_array_record(arrays))
-    _loaded_from[model] = weakref.ref(arrays)
-
-
-@functools.lru_cache(maxsize=8)
-def _setting(scenario_json: str) -> tuple[Scenario, FederatedDataset, TermModel, torch.device]:
-    """What a scenario fixes for every message of a run: scenario, dataset, worker model, torch device.
-
-    One worker model per scenario and process; each message loads its
-    weights into it. It stays in eval mode (training switches and switches back).
+    Subclasses may keep what they build (:class:`term_fl.engines.client_cache.ClientCache`);
+    every method returns what this one would.
     """
-    scenario = scenario_from_json(scenario_json)
-    dataset = dataset_for(scenario)
-    model = model_for(scenario, dataset)
-    model.eval()
-    return scenario, dataset, model, resolve_device(scenario.client.device)
+
+    def setting(self, scenario_json: str) -> Setting:
+        """The scenario a message carries, its dataset (devices built lazily) and the torch device."""
+        scenario = Scenario.from_json(scenario_json)
+        return Setting(scenario, dataset_for(scenario), resolve_device(scenario.client.device))
+
+    def model(self, setting: Setting, arrays: ArrayRecord, *, training: bool) -> TermModel:
+        """A model of the scenario holding ``arrays``, on the setting's device, in eval mode.
+
+        ``training``: the caller trains it in place (no one else may see it afterwards).
+        """
+        model = model_for(setting.scenario, setting.dataset)
+        model.eval()
+        move_model(model, setting.device)
+        set_weights(model, from_array_record(arrays))
+        return model
+
+    def tensors(self, setting: Setting, model: TermModel, partition_id: int) -> DeviceTensors:
+        """Device ``partition_id``'s splits as tensors for ``model`` on the setting's device."""
+        return device_tensors(setting.dataset.device(partition_id), model, setting.device)
 
 
-def _task(msg: Message, context: Context) -> _Task:
-    torch.set_num_threads(1)
-    scenario, dataset, model, device = _setting(str(msg.content[CONFIG][SCENARIO]))
-    pid = _partition(context, dataset)
-    move_model(model, device)
-    _load(model, msg.content[ARRAYS])
-    return _Task(scenario, pid, device_tensors(dataset.device(pid), model, device), model)
+def _partition(context: Context, dataset: FederatedDataset) -> int:
+    try:
+        pid = int(context.node_config[PARTITION_ID])
+    except KeyError:
+        raise ValueError(
+            "node_config has no 'partition-id': start the SuperNode with "
+            "--node-config \"partition-id=I num-partitions=N\""
+        ) from None
+    num = int(context.node_config.get(NUM_PARTITIONS, dataset.num_devices))
+    if num != dataset.num_devices or not 0 <= pid < dataset.num_devices:
+        raise ValueError(
+            f"partition-id={pid} num-partitions={num} does not match the dataset "
+            f"'{dataset.name}' with {dataset.num_devices} devices (allowed partition ids 0..{dataset.num_devices - 1})"
+        )
+    return pid
 
 
-@app.query()
 def query(msg: Message, context: Context) -> Message:
     """Tell the server which partition this node holds (node discovery)."""
     return partition_reply(msg, context)
 
 
-@app.train()
-def train_handler(msg: Message, context: Context) -> Message:
+def train(msg: Message, context: Context, workspace: Workspace) -> Message:
     """Report F_k (the incoming model's loss on the train split), train locally, reply."""
-    task = _task(msg, context)
-    scenario, pid, data = task.scenario, task.partition_id, task.data
-    server_round = int(msg.content[CONFIG][SERVER_ROUND])
-    c = scenario.client
-    _loaded_from.pop(task.model, None)  # trained in place: no longer the global model
+    torch.set_num_threads(1)
+    setting = workspace.setting(str(msg.content[CONFIG][SCENARIO]))
+    pid = _partition(context, setting.dataset)
+    model = workspace.model(setting, msg.content[ARRAYS], training=True)
+    data = workspace.tensors(setting, model, pid)
+    scenario, c = setting.scenario, setting.scenario.client
     result = train_tensors(
-        task.model,
+        model,
         data.x_train,
         data.y_train,
         lr=c.lr,
@@ -217,7 +154,7 @@ def train_handler(msg: Message, context: Context) -> Message:
         batch_size=c.batch_size,
         weight_decay=c.weight_decay,
         tau=c.tau,
-        seed=derive_seed(scenario.run.seed, server_round, pid),
+        seed=derive_seed(scenario.run.seed, int(msg.content[CONFIG][SERVER_ROUND]), pid),
     )
     before = result.before
     metrics = MetricRecord(
@@ -233,13 +170,15 @@ def train_handler(msg: Message, context: Context) -> Message:
     return Message(RecordDict({ARRAYS: to_array_record(result.weights), METRICS: metrics}), reply_to=msg)
 
 
-@app.evaluate()
-def evaluate_handler(msg: Message, context: Context) -> Message:
+def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
     """Evaluate the global model on this device's validation and test splits (one forward pass)."""
-    task = _task(msg, context)
-    data = task.data
-    values: dict[str, int | float] = {PARTITION_ID: task.partition_id}
-    results = evaluate_segments(task.model, data.x_eval, data.y_eval, data.eval_ends)
+    torch.set_num_threads(1)
+    setting = workspace.setting(str(msg.content[CONFIG][SCENARIO]))
+    pid = _partition(context, setting.dataset)
+    model = workspace.model(setting, msg.content[ARRAYS], training=False)
+    data = workspace.tensors(setting, model, pid)
+    values: dict[str, int | float] = {PARTITION_ID: pid}
+    results = evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends)
     for split, res in zip(EVAL_SPLITS, results, strict=True):
         values[eval_key(split, "loss")] = res.loss_mean
         values[eval_key(split, "accuracy")] = res.accuracy
@@ -247,3 +186,16 @@ def evaluate_handler(msg: Message, context: Context) -> Message:
         values[eval_key(split, "examples")] = res.examples
     values[NUM_EXAMPLES] = sum(res.examples for res in results)
     return Message(RecordDict({METRICS: MetricRecord(values)}), reply_to=msg)
+
+
+def make_client_app(workspace: Workspace) -> ClientApp:
+    """The ClientApp (query, train, evaluate) over ``workspace``."""
+    client_app = ClientApp()
+    client_app.query()(query)
+    client_app.train()(functools.partial(train, workspace=workspace))
+    client_app.evaluate()(functools.partial(evaluate, workspace=workspace))
+    return client_app
+
+
+app = make_client_app(Workspace())
+"""The plain ClientApp: every message builds what it needs (the engines use a caching one)."""

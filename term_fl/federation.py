@@ -21,8 +21,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
 
-from term_fl.client_app import dataset_for, model_for
 from term_fl.config import Scenario, check_fits_dataset
+from term_fl.data import FederatedDataset, dataset_for
 from term_fl.fairness import fairness_summary
 from term_fl.flower_internals import to_array_record
 from term_fl.keys import (
@@ -36,7 +36,7 @@ from term_fl.keys import (
     TRAIN_LOSS_AFTER,
     eval_key,
 )
-from term_fl.models import get_weights
+from term_fl.models import get_weights, model_for
 from term_fl.risks import loss_risks
 from term_fl.strategies import STRATEGIES, EvaluationReport, FedAvg, TrainReport
 from term_fl.strategies.registry import COMMON_SETTINGS
@@ -242,9 +242,9 @@ def _evaluation_rows(report: EvaluationReport, risk_splits: tuple[str, ...]) -> 
     return rows, stats
 
 
-def initial_arrays(scenario: Scenario) -> ArrayRecord:
-    """The initial global model of a scenario (seeded by run.seed)."""
-    model = model_for(scenario, dataset_for(scenario))
+def initial_arrays(scenario: Scenario, dataset: FederatedDataset | None = None) -> ArrayRecord:
+    """The initial global model of a scenario (seeded by run.seed) for its dataset."""
+    model = model_for(scenario, dataset if dataset is not None else dataset_for(scenario))
     return to_array_record(get_weights(model))
 
 
@@ -254,15 +254,21 @@ def run_federation(
     recorder: Recorder | None = None,
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
+    dataset: FederatedDataset | None = None,
 ) -> FederationResult:
-    """Run the scenario's rounds on ``grid`` and report every round to ``recorder``."""
+    """Run the scenario's rounds on ``grid`` and report every round to ``recorder``.
+
+    ``dataset`` is the scenario's dataset when the caller built it already
+    (:func:`term_fl.data.dataset_for`); the server needs its size, its
+    metadata and its shapes, never a device's data.
+    """
     recorder = recorder or Recorder()
-    dataset = dataset_for(scenario)
+    dataset = dataset if dataset is not None else dataset_for(scenario)
     check_fits_dataset(scenario, dataset.num_devices)
     recorder.start(scenario, dataset.metadata)
     result: FederationResult | None = None
     try:
-        result = _rounds(grid, scenario, dataset.num_devices, recorder, on_round)
+        result = _rounds(grid, scenario, dataset, recorder, on_round)
     except KeyboardInterrupt:
         recorder.finish("interrupted", result, "interrupted by the user")
         raise
@@ -276,11 +282,11 @@ def run_federation(
 def _rounds(
     grid: Grid,
     scenario: Scenario,
-    num_devices: int,
+    dataset: FederatedDataset,
     recorder: Recorder,
     on_round: Callable[[RoundRecord, int], None] | None,
 ) -> FederationResult:
-    run = scenario.run
+    run, num_devices = scenario.run, dataset.num_devices
     t0 = time.perf_counter()
     node_partitions = discover_nodes(grid, num_devices, run.node_timeout)
     discovery_s = time.perf_counter() - t0
@@ -289,7 +295,7 @@ def _rounds(
     strategy = build_scenario_strategy(scenario, num_devices)
     strategy.set_node_partitions(node_partitions)
     strategy.summary()
-    arrays = initial_arrays(scenario)
+    arrays = initial_arrays(scenario, dataset)
     config = ConfigRecord({SCENARIO: scenario.to_json()})
     failed_in_a_row = 0
     ok_rounds = 0

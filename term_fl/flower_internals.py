@@ -8,9 +8,10 @@ much (each measured: benchmarks/README.md). All of it lives here:
   without parsing the ``.npy`` header of every array;
 - :func:`records_of`: the records of one type in a RecordDict, without the
   synchronised typed views (``content.metric_records`` ...) Flower builds per call;
-- :func:`set_message_id`: the in-process engine names the messages it
-  delivers (Flower's own grids write the same private field: there is no
-  public setter);
+- :func:`set_message_id` and :func:`act_as_serverapp`: the in-process engine
+  names the messages it delivers and gives its process the identity of a
+  ServerApp (Flower's own grids and ServerApp runner write the same private
+  fields: there is no public setter);
 - :func:`linear_dispatcher`: replaces ``vce_api.add_messages_to_queue`` of the
   Simulation Engine, whose poll costs nodes x messages;
 - :func:`reusing_client_actors`: patches ``RayBackend.build`` / ``terminate``
@@ -42,6 +43,13 @@ from typing import Any, TypeVar
 import flwr
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.supercore.run import Run  # the Grid API's run (flwr.serverapp exports no type for it)
+
+__all__ = [
+    "DISPATCHER_ENV", "ENV", "SUPPORTED", "ActorReuse", "Run", "act_as_serverapp", "fast_paths", "from_array",
+    "from_array_record", "linear_dispatcher", "records_of", "reusing_client_actors", "set_message_id", "to_array",
+    "to_array_record",
+]
 
 SUPPORTED = "1.42."  # the Flower versions (prefix) these internals were checked against
 ENV = "TERM_FL_FLOWER_INTERNALS"  # "off": plain public-API paths everywhere
@@ -162,6 +170,20 @@ def records_of(content: RecordDict, kind: type[RecordT]) -> list[RecordT]:
 def set_message_id(msg: Message, message_id: str) -> None:
     """Give a message its id, as Flower's own grids do when they store it (no public setter exists)."""
     msg.metadata.__dict__["_message_id"] = message_id
+
+
+def act_as_serverapp(run_id: int) -> None:
+    """Messages built in this process from now on come from the SuperLink's ServerApp of run ``run_id``.
+
+    A Message takes its run and source from the process's task identity, which
+    Flower sets when it starts a ServerApp process; the in-process engine is one.
+    """
+    from flwr.common.constant import SUPERLINK_NODE_ID
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.task_id = 1
+    TaskIdentity.run_id = run_id
+    TaskIdentity.node_id = SUPERLINK_NODE_ID
 
 
 # -- the Simulation Engine's message dispatcher -------------------------------------

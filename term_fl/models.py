@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import torch
@@ -222,6 +223,23 @@ def build_model(
     if hidden < 1:
         raise ValueError(f"hidden must be >= 1, got {hidden}.")
     return MLP(num_features, num_classes, hidden, seed=seed)
+
+
+def model_for(scenario: Any, dataset: Any, seed: int | None = None) -> TermModel:
+    """A fresh model of a scenario's ``[model]`` table for ``dataset`` (initialised from ``seed``, default run.seed).
+
+    ``scenario`` is a :class:`term_fl.config.Scenario` and ``dataset`` a
+    :class:`term_fl.data.FederatedDataset` (read, not imported).
+    """
+    m = scenario.model
+    return build_model(
+        m.name,
+        dataset.num_features,
+        dataset.num_classes,
+        hidden=m.hidden,
+        l2=m.l2,
+        seed=scenario.run.seed if seed is None else seed,
+    )
 
 
 def get_weights(model: nn.Module) -> dict[str, np.ndarray]:

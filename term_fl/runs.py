@@ -23,14 +23,14 @@ import torch
 
 import term_fl
 from term_fl import results
-from term_fl.client_app import dataset_for, model_for
 from term_fl.config import ConfigError, Scenario, config_hash
+from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
 from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationResult, Recorder, RoundRecord
 from term_fl.jsonable import plain
 from term_fl.keys import SUMMARY_NAMES, TEST
-from term_fl.models import TermModel, set_weights
+from term_fl.models import TermModel, model_for, set_weights
 from term_fl.results import ResultsStore
 
 log = logging.getLogger("term_fl")

@@ -1,24 +1,27 @@
-"""The ClientApp's per-process caches never change what a reply says.
+"""The engines' client caches (term_fl.engines.client_cache) never change what a reply says.
 
 The in-process engine hands one global-model record to every client of a
-round, so the ClientApp keeps the last loaded weights and each device's
-tensors. These tests send messages straight to the ClientApp and compare each
-reply with an independent evaluation of the weights the message carried.
+round, so the engines' ClientApp keeps the last loaded weights and each
+device's tensors. These tests send messages straight to it and compare each
+reply with an independent evaluation of the weights the message carried, and
+with the plain ClientApp that builds everything for every message.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
 from conftest import small_scenario
-from term_fl.flower_internals import to_array_record
-from term_fl.client_app import app, dataset_for, device_tensors, model_for
-from term_fl.keys import EVAL_SPLITS, SCENARIO as SCENARIO_KEY
+from term_fl.client_app import app as plain_app
+from term_fl.client_app import make_client_app
+from term_fl.data import dataset_for
+from term_fl.engines.client_cache import LastUsed, ClientCache
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.models import get_weights, set_weights
+from term_fl.flower_internals import to_array_record
+from term_fl.keys import EVAL_SPLITS, SCENARIO as SCENARIO_KEY
+from term_fl.models import get_weights, model_for, set_weights
 from term_fl.strategies.replies import metrics_of
 from term_fl.training import evaluate
 
@@ -26,8 +29,10 @@ SCENARIO = small_scenario("run.engine=inprocess")
 DATASET = dataset_for(SCENARIO)
 
 
-# A Grid over node ids 100 + partition id, delivering straight to the ClientApp.
-GRID = InProcessGrid(app, DATASET.num_devices, node_ids=[100 + pid for pid in range(DATASET.num_devices)])
+# Grids over node ids 100 + partition id, delivering straight to a ClientApp with a cache, and to the plain one.
+CACHE = ClientCache()
+GRID = InProcessGrid(make_client_app(CACHE), DATASET.num_devices, node_ids=[100 + p for p in range(DATASET.num_devices)])
+PLAIN = InProcessGrid(plain_app, DATASET.num_devices, node_ids=[100 + p for p in range(DATASET.num_devices)])
 
 
 def _weights(seed: int) -> dict[str, np.ndarray]:
@@ -35,11 +40,11 @@ def _weights(seed: int) -> dict[str, np.ndarray]:
     return {k: rng.normal(size=v.shape).astype(np.float32) for k, v in get_weights(model_for(SCENARIO, DATASET)).items()}
 
 
-def _send(kind: str, arrays, pid: int) -> dict:
+def _send(kind: str, arrays, pid: int, grid: InProcessGrid = GRID) -> dict:
     content = RecordDict(
         {"arrays": arrays, "config": ConfigRecord({SCENARIO_KEY: SCENARIO.to_json(), "server-round": 1})}
     )
-    (reply,) = GRID.send_and_receive([Message(content, dst_node_id=100 + pid, message_type=kind)])
+    (reply,) = grid.send_and_receive([Message(content, dst_node_id=100 + pid, message_type=kind)])
     assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
     return dict(metrics_of(reply))
 
@@ -84,15 +89,41 @@ def test_after_training_the_same_record_is_loaded_again_not_the_trained_model():
     assert again == trained  # same incoming model, same seed: the same update
 
 
+@pytest.mark.parametrize("kind", [MessageType.TRAIN, MessageType.EVALUATE])
+def test_the_cached_replies_are_the_plain_clientapps_to_the_bit(kind):
+    record = to_array_record(_weights(5))
+    for pid in (0, 4, 0):  # the second visit of device 0 uses what the cache kept
+        assert _send(kind, record, pid) == _send(kind, record, pid, grid=PLAIN)
+
+
 def test_device_tensors_stack_validation_then_test_and_share_the_training_arrays():
-    model = model_for(SCENARIO, DATASET)
-    data = DATASET.device(3)
-    tensors = device_tensors(data, model, torch.device("cpu"))
+    setting = CACHE.setting(SCENARIO.to_json())
+    model = model_for(SCENARIO, setting.dataset)
+    data = setting.dataset.device(3)
+    tensors = CACHE.tensors(setting, model, 3)
     assert tensors.eval_ends == (len(data.y_val), len(data.y_val) + len(data.y_test))
     assert np.array_equal(tensors.x_eval.numpy(), np.concatenate([data.x_val, data.x_test]))
     assert np.array_equal(tensors.y_eval.numpy(), np.concatenate([data.y_val, data.y_test]))
     assert np.shares_memory(tensors.x_train.numpy(), data.x_train)
-    assert device_tensors(data, model, torch.device("cpu")) is tensors
+    assert CACHE.tensors(setting, model, 3) is tensors
+    assert CACHE.setting(SCENARIO.to_json()) is setting
+
+
+def test_the_caches_keep_only_the_entries_used_last():
+    kept = LastUsed(2)
+    for key in ("a", "b", "a", "c"):
+        kept.get(key, lambda key=key: key.upper())
+    assert len(kept) == 2 and kept.get("a", lambda: "new") == "A" and kept.get("b", lambda: "new") == "new"
+
+
+def test_a_client_cache_pickles_as_its_process_cache():
+    """Flower's engine pickles the ClientApp with every message: the cache must not travel with it."""
+    import pickle
+
+    from term_fl.engines.client_cache import app, process_cache
+
+    assert pickle.loads(pickle.dumps(CACHE)) is process_cache()
+    assert pickle.loads(pickle.dumps(app))._registered_funcs["train.default"].keywords["workspace"] is process_cache()
 
 
 # --------------------------------------------------------------------------

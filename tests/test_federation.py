@@ -10,7 +10,7 @@ from flwr.clientapp import ClientApp
 
 from conftest import small_scenario
 from term_fl.client_app import app as client_app
-from term_fl.client_app import dataset_for
+from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.fairness import fairness_summary

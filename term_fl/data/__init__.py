@@ -1,6 +1,6 @@
 """Federated datasets as lazily built per-device train / val / test splits (numpy only).
 
-``build_dataset("synthetic" | "vehicle", ...)`` returns a
+``build_dataset("synthetic" | "vehicle", ...)`` (or ``dataset_for(scenario)``) returns a
 :class:`FederatedDataset`; ``dataset.device(k)`` builds device k's
 :class:`DeviceData` from ``(seed, k)`` alone on first access. Features are
 float32 ``(n, d)``, labels int64 class indices ``0..C-1``.
@@ -11,7 +11,7 @@ rounding rule), ``noise`` (corrupting chosen devices), ``build``
 (``build_dataset``). Every generator comes from :mod:`term_fl.seeding`.
 """
 
-from .build import DATASET_NAMES, build_dataset
+from .build import DATASET_NAMES, build_dataset, dataset_for
 from .errors import DataError
 from .noise import NOISE_KINDS
 from .splits import split_indices, split_sizes
@@ -32,6 +32,7 @@ __all__ = [
     "SyntheticGenerator",
     "VehicleData",
     "build_dataset",
+    "dataset_for",
     "load_vehicle",
     "split_indices",
     "split_sizes",

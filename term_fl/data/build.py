@@ -148,3 +148,28 @@ def build_dataset(
         "noise": noise_metadata(noise, noisy, noise_scale),
     }
     return FederatedDataset(name, len(sizes), num_features, num_classes, metadata, build_device)
+
+
+def dataset_for(scenario: Any) -> FederatedDataset:
+    """The dataset a scenario's ``[data]`` table describes (seeded by ``data.seed``, else ``run.seed``).
+
+    ``scenario`` is a :class:`term_fl.config.Scenario` (read, not imported:
+    this package needs only numpy). Devices are built lazily, on first access.
+    """
+    d = scenario.data
+    return build_dataset(
+        d.name,
+        path=d.path,
+        seed=scenario.data_seed,
+        num_devices=d.num_devices,
+        alpha=d.alpha,
+        beta=d.beta,
+        max_samples=d.max_samples,
+        train_fraction=d.train_fraction,
+        val_fraction=d.val_fraction,
+        test_fraction=d.test_fraction,
+        noise=d.noise,
+        noisy_devices=tuple(d.noisy_devices),
+        num_noisy=d.num_noisy,
+        noise_scale=d.noise_scale,
+    )

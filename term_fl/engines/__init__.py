@@ -1,15 +1,20 @@
-"""Engines that run the shared server loop: Flower's Simulation Engine and in-process."""
+"""Engines that run the shared server loop: Flower's Simulation Engine and in-process.
+
+The server loop is imported when a scenario runs, not with the package: a
+ClientApp process that imports the engines' client cache
+(:mod:`term_fl.engines.client_cache`) needs none of it.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from term_fl.client_app import app as client_app
-from term_fl.client_app import dataset_for
 from term_fl.config import ConfigError, Scenario, check_fits_dataset
-from term_fl.federation import FederationResult, Recorder, RoundRecord, run_federation
+from term_fl.data import dataset_for
 
-ENGINES = ("flower", "inprocess")
+if TYPE_CHECKING:
+    from term_fl.federation import FederationResult, Recorder, RoundRecord
 
 
 def check_machine(scenario: Scenario) -> None:
@@ -42,13 +47,19 @@ def run_scenario(
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
     """Run one scenario on the engine ``scenario.run.engine`` names."""
+    from term_fl.federation import run_federation
+
     check_machine(scenario)
-    num_nodes = dataset_for(scenario).num_devices
+    dataset = dataset_for(scenario)
+    num_nodes = dataset.num_devices
     check_fits_dataset(scenario, num_nodes)
     if scenario.run.engine == "inprocess":
+        from term_fl.client_app import make_client_app
+        from term_fl.engines.client_cache import ClientCache
         from term_fl.engines.inprocess import InProcessGrid
 
-        return run_federation(InProcessGrid(client_app, num_nodes), scenario, recorder, on_round=on_round)
+        grid = InProcessGrid(make_client_app(ClientCache()), num_nodes)  # the run's own client caches
+        return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset)
     from term_fl.engines.flower import run_flower_simulation
 
     return run_flower_simulation(scenario, num_nodes, recorder, on_round=on_round)

@@ -27,7 +27,7 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from term_fl.client_app import app as client_app
+from term_fl.engines.client_cache import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.watchdog import orphan_guard
 from term_fl.extras import require

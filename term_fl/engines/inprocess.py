@@ -21,11 +21,8 @@ import torch
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
-from flwr.common.constant import SUPERLINK_NODE_ID
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 
-from term_fl.flower_internals import set_message_id
+from term_fl.flower_internals import Run, act_as_serverapp, set_message_id
 from term_fl.keys import NUM_PARTITIONS, PARTITION_ID
 
 CLIENT_APP_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
@@ -53,11 +50,7 @@ class InProcessGrid(Grid):
             for pid, node_id in enumerate(ids)
         }
         self._replies: dict[str, Message] = {}
-        # Messages take their run and source from the process's task identity,
-        # as in a ServerApp process started by Flower.
-        TaskIdentity.task_id = 1
-        TaskIdentity.run_id = self._run.run_id
-        TaskIdentity.node_id = SUPERLINK_NODE_ID
+        act_as_serverapp(self._run.run_id)
 
     # -- Grid API -----------------------------------------------------------
     def set_run(self, run: Run) -> None:  # noqa: D102
