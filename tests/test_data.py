@@ -622,3 +622,23 @@ def test_device_data_checks_dtypes_and_lengths():
         DeviceData(x, y, x.astype(np.float64), y, x, y)
     with pytest.raises(ValueError, match=r"x_test has 3 samples but y_test has 2"):
         DeviceData(x, y, x, y, x, y[:2])
+
+
+def test_every_data_setting_of_a_scenario_is_an_argument_of_build_dataset():
+    """dataset_for passes the [data] table through: a new setting needs no third place to be plumbed."""
+    import inspect
+
+    from term_fl.config import DataConfig, load_scenario
+    from term_fl.data import dataset_for
+
+    arguments = set(inspect.signature(build_dataset).parameters) - {"name"}
+    assert set(DataConfig.model_fields) - {"name"} == arguments
+    scenario = load_scenario(None, ["data.num_devices=5", "run.clients_per_round=2", "data.noise=flip_labels",
+                                    "data.noisy_devices=[3, 1]"],
+                             environ={})
+    built = dataset_for(scenario)
+    expected = build_dataset("synthetic", seed=0, num_devices=5, noise="flip_labels", noisy_devices=(1, 3),
+                             max_samples=scenario.data.max_samples, train_fraction=0.6, val_fraction=0.2,
+                             test_fraction=0.2)
+    assert built.metadata == expected.metadata
+    assert np.array_equal(built.device(3).y_train, expected.device(3).y_train)

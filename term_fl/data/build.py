@@ -154,22 +154,9 @@ def dataset_for(scenario: Any) -> FederatedDataset:
     """The dataset a scenario's ``[data]`` table describes (seeded by ``data.seed``, else ``run.seed``).
 
     ``scenario`` is a :class:`term_fl.config.Scenario` (read, not imported:
-    this package needs only numpy). Devices are built lazily, on first access.
+    this package needs only numpy). Every field of ``[data]`` but ``name``
+    and ``seed`` is a keyword argument of :func:`build_dataset` of the same
+    name. Devices are built lazily, on first access.
     """
-    d = scenario.data
-    return build_dataset(
-        d.name,
-        path=d.path,
-        seed=scenario.data_seed,
-        num_devices=d.num_devices,
-        alpha=d.alpha,
-        beta=d.beta,
-        max_samples=d.max_samples,
-        train_fraction=d.train_fraction,
-        val_fraction=d.val_fraction,
-        test_fraction=d.test_fraction,
-        noise=d.noise,
-        noisy_devices=tuple(d.noisy_devices),
-        num_noisy=d.num_noisy,
-        noise_scale=d.noise_scale,
-    )
+    settings = scenario.data.model_dump(exclude={"name", "seed"})
+    return build_dataset(scenario.data.name, seed=scenario.data_seed, **settings)
