@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import sqlite3
@@ -13,7 +14,7 @@ from pathlib import Path
 from term_fl.config import ConfigError, load_scenario, parse_overrides
 from term_fl.data.errors import DataError
 from term_fl.extras import MissingExtraError, require
-from term_fl.results import StoreError
+from term_fl.results import RUN_STATUSES, StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
 
@@ -62,9 +63,14 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("run_or_scenario", help="a run id, or a scenario name (all its finished runs)")
     report.add_argument("--out", type=Path, required=True, help="HTML file to write")
     report.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
-    runs = sub.add_parser("runs", help="list the runs in the results store", parents=[common])
-    runs.add_argument("--db", type=Path)
-    runs.add_argument("--scenario")
+    runs = sub.add_parser("runs", help="list the runs in the results store, newest first", parents=[common])
+    runs.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
+    runs.add_argument("--scenario", help="only runs of this scenario")
+    runs.add_argument("--strategy", help="only runs of this strategy (fedavg, qffl, term ...)")
+    runs.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
+    runs.add_argument("--format", choices=("table", "json", "csv"), default="table",
+                      help="table (default), json (a list of runs as the dashboard's /api/runs gives them) or csv")
+    runs.add_argument("--limit", type=int, help="at most this many runs (the newest)")
     return parser
 
 
@@ -77,6 +83,7 @@ def resolve_overrides(args: argparse.Namespace) -> dict:
 
 
 def _quiet_logs(verbose: bool) -> None:
+    """Flower's and term-fl's logs at WARNING (INFO with -v), and no telemetry, for the commands that run Flower."""
     import flwr.common.logger  # noqa: F401  (configures the "flwr" logger on import)
 
     level = logging.INFO if verbose else logging.WARNING
@@ -149,24 +156,52 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from rich.table import Table
-
-    from term_fl.console import make_console
+    """List runs with their final statistics; imports neither Flower nor torch (nor the web app)."""
+    from term_fl.dashboard import queries
     from term_fl.results import ResultsStore
 
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     db = store_path(args)
     with ResultsStore.open_readonly(db) as store:
-        runs = store.list_runs(scenario=args.scenario)
-    table = Table(title=f"runs in {db}")
-    for col in ("run id", "scenario", "strategy", "seed", "status", "rounds", "test average", "worst 10%"):
-        table.add_column(col)
-    for run in runs:
-        test = (run.summary or {}).get("test") or {}
-        table.add_row(run.run_id, run.scenario, run.strategy, str(run.seed), run.status,
-                      f"{run.rounds_completed}/{run.rounds_planned}",
-                      f"{test.get('pooled_mean', float('nan')):.4f}", f"{test.get('worst_10', float('nan')):.4f}")
-    make_console().print(table)
+        filters = {"scenario": args.scenario, "status": args.status, "strategy": args.strategy}
+        runs = queries.list_runs(store, **filters, limit=args.limit)
+        total = store.count_runs(**filters)
+    if args.format == "json":
+        json.dump(runs, sys.stdout, indent=1, allow_nan=False)
+        sys.stdout.write("\n")
+    elif args.format == "csv":
+        sys.stdout.write(queries.runs_csv(runs))
+    else:
+        _print_runs_table(runs, total, db)
     return 0
+
+
+def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from term_fl.dashboard.queries import PARAM_KEYS, RUN_COLUMNS, statistics
+
+    stats = [s for s in statistics() if s["key"] in RUN_COLUMNS]
+    shown = f"{len(runs)} of {total} runs" if len(runs) < total else f"{total} runs"
+    table = Table(title=f"{shown} in {db} (test split, last evaluated round)", title_justify="left")
+    table.add_column("run id", no_wrap=True, min_width=max((len(r["run_id"]) for r in runs), default=6))
+    for col in ("scenario", "strategy", "seed", "status", "rounds"):
+        table.add_column(col)
+    for stat in stats:
+        table.add_column(stat["label"], justify="right")
+    for run in runs:
+        params = " ".join(f"{k}={run['params'][k]:g}" for k in PARAM_KEYS if run["params"].get(k) not in (None, 0.0)
+                          and k in ("t", "q", "tau"))  # fmt: skip
+        test = run["final"]["test"]
+        table.add_row(
+            run["run_id"], run["scenario"], f"{run['strategy']} {params}".strip(), str(run["seed"]), run["status"],
+            f"{run['rounds_completed']}/{run['rounds_planned']}",
+            *("-" if test.get(s["key"]) is None else f"{test[s['key']]:.3f}" for s in stats),
+        )  # fmt: skip
+    # A terminal gets its own width (the run id never shrinks); a pipe or file the whole table.
+    Console(highlight=False, width=None if sys.stdout.isatty() else 250).print(table)
 
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
@@ -226,7 +261,8 @@ def describe_error(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    _quiet_logs(getattr(args, "verbose", False))
+    if args.command in ("run", "sweep"):
+        _quiet_logs(args.verbose)
     try:
         if args.command in EXTRAS_NEEDED:
             extra, modules = EXTRAS_NEEDED[args.command]

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from term_fl.fairness import STATISTICS
-from term_fl.federation import RoundRecord
+
+if TYPE_CHECKING:  # the server loop imports Flower and torch: `term-fl runs` needs neither
+    from term_fl.federation import RoundRecord
+
 
 def make_console() -> Console:
     return Console(stderr=False, highlight=False)

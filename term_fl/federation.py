@@ -32,7 +32,6 @@ from term_fl.keys import (
     NUM_PARTITIONS,
     PARTITION_ID,
     SCENARIO,
-    TEST,
     TRAIN_LOSS_AFTER,
     eval_key,
 )
@@ -215,9 +214,8 @@ def _train_rows(sampled: Sequence[int], report: TrainReport) -> list[dict[str, A
     return rows
 
 
-def _evaluation_rows(report: EvaluationReport, risk_splits: tuple[str, ...]) -> tuple[
-        list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Per-device rows of every split, and per split the fairness statistics (loss risks for ``risk_splits``)."""
+def _evaluation_rows(report: EvaluationReport) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Per-device rows of every split, and per split the fairness statistics and the loss risks."""
     rows: list[dict[str, Any]] = []
     stats: dict[str, dict[str, Any]] = {}
     for split in EVAL_SPLITS:
@@ -236,8 +234,7 @@ def _evaluation_rows(report: EvaluationReport, risk_splits: tuple[str, ...]) -> 
         if split_rows:
             column = {k: np.array([r[k] for r in split_rows]) for k in ("accuracy", "examples", "correct", "loss")}
             summary = fairness_summary(column["accuracy"], num_examples=column["examples"], correct=column["correct"])
-            if split in risk_splits:
-                summary.update(loss_risks(column["loss"], alpha=RISK_ALPHA))
+            summary.update(loss_risks(column["loss"], alpha=RISK_ALPHA))
             stats[split] = summary
     return rows, stats
 
@@ -321,13 +318,12 @@ def _rounds(
             failed_in_a_row = 0
             ok_rounds += 1
             arrays = new_arrays
-        # Evaluate the global model; loss risks (a numerical search each) every
-        # round on test, on validation only in the last round, which the summary reports.
+        # Evaluate the global model: statistics and loss risks of every split, every
+        # evaluated round (a comparison draws the risks per round too).
         messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
         replies = grid.send_and_receive(messages, timeout=run.round_timeout)
         evaluation = strategy.evaluation_report(server_round, replies, required_metrics=EVAL_METRICS)
-        risk_splits = EVAL_SPLITS if server_round == run.rounds else (TEST,)
-        eval_rows, stats = _evaluation_rows(evaluation, risk_splits)
+        eval_rows, stats = _evaluation_rows(evaluation)
         record = RoundRecord(
             server_round=server_round,
             status=status,

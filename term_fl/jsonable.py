@@ -23,7 +23,16 @@ def plain(obj: Any) -> Any:
     lists, dataclass instances dicts, paths strings, mapping keys strings,
     and NaN / ±inf ``None``. Anything else raises ``TypeError`` naming its type.
     """
-    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+    kind = type(obj)  # the exact built-in types first: a comparison carries long lists of floats
+    if kind is float:
+        return obj if obj - obj == 0.0 else None  # NaN - NaN and inf - inf are NaN
+    if kind is list:
+        return [plain(v) for v in obj]
+    if kind is int or kind is str or kind is bool or obj is None:
+        return obj
+    if kind is dict:
+        return {str(k): plain(v) for k, v in obj.items()}
+    if isinstance(obj, bool) or isinstance(obj, str):
         return obj
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from term_fl.comparison import group_cells, select_by_validation
+from term_fl.comparison_cells import format_value, short_names
 from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
 from term_fl.console import RoundPrinter, make_console
 from term_fl.fairness import STATISTICS
@@ -36,8 +38,28 @@ MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 TABLE_COLUMNS = tuple((f"test.{s.key}", s.label) for s in STATISTICS if s.headline)
 
 
+def cell_name(overrides: dict[str, Any]) -> str:
+    """A cell as a user reads it: ``term t=1 seed=0`` for ``strategy.name=term strategy.t=1.0 run.seed=0``.
+
+    A ``*.name`` key shows its value alone; every other key its last part
+    (more parts where two keys would read the same) and its value as written.
+    """
+    if not overrides:
+        return "base"
+    names = short_names(list(overrides))
+    words = []
+    for key, value in overrides.items():
+        words.append(format_value(value) if key.split(".")[-1] == "name" else f"{names[key]}={format_value(value)}")
+    return " ".join(words)
+
+
 def cell_dirname(overrides: dict[str, Any]) -> str:
-    """A readable, filesystem-safe folder name for a cell, e.g. 'strategy.name=term_run.seed=1'."""
+    """The cell's folder: its :func:`cell_name`, filesystem-safe (``term_t=1_seed=0``)."""
+    return re.sub(r"[^A-Za-z0-9._=+-]", "-", cell_name(overrides).replace(" ", "_"))
+
+
+def legacy_cell_dirname(overrides: dict[str, Any]) -> str:
+    """The folder name of term-fl before 0.2.0 (``strategy.name=term_strategy.t=1.0_run.seed=0``), for resuming."""
     text = "_".join(f"{k}={v}" for k, v in overrides.items()) or "base"
     name = re.sub(r"[^A-Za-z0-9._=+-]", "-", text)
     if name.startswith("."):
@@ -120,7 +142,12 @@ def run_sweep(
     with ResultsStore(db) as store, engine_session(scenario):
         for i, (overrides, cell) in enumerate(cells, start=1):
             cell_dir = out_dir / cell_dirname(overrides)
-            label = f"[cell {i}/{len(cells)}] {cell_dirname(overrides)}"
+            legacy = out_dir / legacy_cell_dirname(overrides)
+            if not cell_dir.exists() and finished_summary(legacy, cell, store) is not None:
+                cell_dir = legacy  # a sweep folder written before 0.2.0: resume it as it is
+            label = escape(f"[cell {i}/{len(cells)}] {cell_name(overrides)}")  # text, not rich markup
+            if not cell.run.name:
+                cell = with_overrides(cell, {"run.name": f"{scenario.name} {cell_name(overrides)}"})
             done = finished_summary(cell_dir, cell, store)
             if done is not None:
                 console.print(f"{label}: already finished, skipped")

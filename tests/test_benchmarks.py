@@ -25,6 +25,10 @@ NUMERIC = {
                       ("flower", "scaled_30_rounds_s"), ("flower", "ray_start_s")],
     "term_vs_flower_fedavg": [("term_mean_s",), ("flwr_fedavg_mean_s",), ("ratio_mean",)],
     "store": [("median_s",), ("num_devices",)],
+    "dashboard": [("stores", key, view, "median_s") for key in ("history_small", "history_large", "rounds_short",
+                                                                "rounds_long")
+                  for view in ("runs_page", "api_runs", "api_compare", "compare_page", "cli_runs", "report")]
+    + [("ratios", "history", "api_runs"), ("ratios", "rounds", "report")],
 }
 SCALE_POINT = [("round_median_s",), ("discovery_s",), ("startup_to_server_s",), ("memory", "peak_rss_bytes")]
 

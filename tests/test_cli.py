@@ -86,7 +86,7 @@ def test_sweep_resumes_without_redoing_finished_cells(tmp_path, capsys):
     args = ["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]
     assert main(args) == 0
     # an interrupted sweep: one cell never finished (its summary.json says so)
-    unfinished = out / "strategy.name=term_strategy.t=5.0_run.seed=1"
+    unfinished = out / "term_t=5_seed=1"
     earlier = json.loads((unfinished / "summary.json").read_text())
     (unfinished / "summary.json").write_text(json.dumps({**earlier, "status": "interrupted"}))
     capsys.readouterr()
@@ -107,7 +107,7 @@ def test_a_crash_between_the_store_row_and_summary_json_does_not_redo_the_cell(t
     out, db = tmp_path / "sweep", tmp_path / "r.db"
     args = ["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]
     assert main(args) == 0
-    cell = out / "strategy.name=term_strategy.t=5.0_run.seed=1"
+    cell = out / "term_t=5_seed=1"
     written = json.loads((cell / "summary.json").read_text())
     (cell / "summary.json").unlink()  # the process died after finish_run, before summary.json
     capsys.readouterr()
@@ -132,6 +132,22 @@ def test_the_store_row_is_finished_before_summary_json_is_written(tmp_path, monk
     assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "o"),
                  "--db", str(tmp_path / "r.db")]) == 0
     assert seen["row"] == "finished"
+
+
+def test_sweep_cells_have_readable_names_and_old_folders_resume(tmp_path, capsys):
+    out, db = tmp_path / "sweep", tmp_path / "r.db"
+    args = ["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]
+    assert main(args) == 0
+    assert "[cell 3/6] term t=1 seed=0" in capsys.readouterr().out
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [
+        "fedavg_seed=0", "fedavg_seed=1", "term_t=1_seed=0", "term_t=1_seed=1", "term_t=5_seed=0", "term_t=5_seed=1"]
+    names = sorted(r.name for r in ResultsStore.open_readonly(db).list_runs(scenario="mini"))
+    assert names[0] == "mini fedavg seed=0" and names[-1] == "mini term t=5 seed=1"
+    # a sweep folder written by term-fl 0.1 (cells named by their dotted keys) resumes without rerunning
+    (out / "term_t=5_seed=1").rename(out / "strategy.name=term_strategy.t=5.0_run.seed=1")
+    assert main(args) == 0
+    assert capsys.readouterr().out.count("already finished, skipped") == 6
+    assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 6
 
 
 def test_sweep_without_a_sweep_table_says_how_to_add_one(tmp_path, capsys):
@@ -189,3 +205,49 @@ def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, 
     err = capsys.readouterr().err
     assert code == 1 and "the run failed: every round failed (1 of 1)" in err and "Traceback" not in err
     assert engines.run_scenario is not failing
+
+
+def test_runs_as_table_json_and_csv_with_filters_and_full_ids(tmp_path, capsys):
+    from test_dashboard import RUNS, build_store
+
+    db = tmp_path / "r.db"
+    build_store(db, runs=[(f"20261126-000000-abcdef-long-run-id-{r[0]}", *r[1:]) for r in RUNS])
+    ids = [f"20261126-000000-abcdef-long-run-id-{r[0]}" for r in reversed(RUNS)]
+    assert main(["runs", "--db", str(db)]) == 0
+    table = capsys.readouterr().out
+    assert all(run_id in table for run_id in ids)  # never cut, whatever the width
+    assert "term t=1" in table and "device mean" in table and "6 runs" in table
+
+    assert main(["runs", "--db", str(db), "--format", "json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [r["run_id"] for r in listed] == ids
+    assert listed[0]["final"]["test"]["worst_10"] is not None and listed[0]["params"]["t"] == 1.0
+
+    assert main(["runs", "--db", str(db), "--format", "csv", "--strategy", "qffl"]) == 0
+    rows = list(csv.DictReader(capsys.readouterr().out.splitlines()))
+    assert [r["run_id"] for r in rows] == [i for i in ids if i.endswith("qffl-1")] and rows[0]["q"] == "1.0"
+
+    assert main(["runs", "--db", str(db), "--format", "json", "--status", "running", "--strategy", "term"]) == 0
+    assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == [ids[0]]
+    assert main(["runs", "--db", str(db), "--scenario", "vehicle", "--limit", "2"]) == 0
+    assert "2 of 6 runs" in capsys.readouterr().out
+    assert main(["runs", "--db", str(db), "--limit", "0"]) == 2
+    assert "--limit must be at least 1" in capsys.readouterr().err
+
+
+def test_runs_imports_neither_flower_nor_torch(tmp_path):
+    import subprocess
+    import sys
+
+    from test_dashboard import RUNS, build_store
+
+    db = tmp_path / "r.db"
+    build_store(db, runs=RUNS[:2])
+    code = (
+        "import sys; from term_fl.cli import main; rc = main(['runs', '--db', sys.argv[1], '--format', 'csv']); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'flwr', 'ray', 'fastapi', 'plotly'}); "
+        "print('HEAVY', heavy, rc, file=sys.stderr)"
+    )
+    out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120)
+    assert "HEAVY [] 0" in out.stderr, out.stderr
+    assert "fedavg-1" in out.stdout

@@ -305,8 +305,9 @@ def test_compare_by_scenario_groups_finished_runs_by_config_hash(client, store):
     check_cells(data["cells"], expected_cells(store, finished))
     term = data["cells"][2]
     assert term["seeds"] == [1, 2]
-    pooled = np.concatenate([store[1][r]["final"]["accuracy"]["test"] for r in term["run_ids"]])
-    assert term["accuracies"]["test"] == pytest.approx(pooled.tolist())
+    pooled = np.sort(np.concatenate([store[1][r]["final"]["accuracy"]["test"] for r in term["run_ids"]]))
+    assert term["ecdf"]["test"]["x"] == pytest.approx(pooled.tolist())
+    assert term["ecdf"]["test"]["y"] == pytest.approx((np.arange(1, pooled.size + 1) / pooled.size).tolist())
 
 
 def test_compare_by_run_ids_includes_a_running_run(client, store):
@@ -328,7 +329,9 @@ def test_compare_errors(client):
 
 def test_compare_page(client):
     html = client.get(f"/compare?scenario={SCENARIO}").text
-    assert 'id="chart-compare-histogram"' in html and 'id="cells"' in html
+    for chart in ("chart-tradeoff-0", "chart-tradeoff-1", "chart-ecdf", "curves", "sweeps"):
+        assert f'id="{chart}"' in html
+    assert 'id="cells"' in html and "/api/compare.csv?scenario=vehicle&amp;table=cells" in html
     assert f'data-scenario="{SCENARIO}"' in html
     assert 'href="/runs/term-2"' in html
 
@@ -339,12 +342,14 @@ def test_compare_page(client):
 def test_openapi_documents_every_endpoint_and_no_cdn_docs_page(client):
     schema = client.get("/openapi.json").json()
     paths = schema["paths"]
-    for path in ("/api/runs", "/api/runs/{run_id}", "/api/runs/{run_id}/rounds", "/api/runs/{run_id}/devices",
-                 "/api/runs/{run_id}/weights", "/api/compare"):  # fmt: skip
+    for path in ("/api/runs", "/api/runs.csv", "/api/runs/{run_id}", "/api/runs/{run_id}/rounds",
+                 "/api/runs/{run_id}/rounds.csv", "/api/runs/{run_id}/devices", "/api/runs/{run_id}/devices.csv",
+                 "/api/runs/{run_id}/devices/{partition_id}", "/api/runs/{run_id}/weights", "/api/compare",
+                 "/api/compare.csv"):  # fmt: skip
         assert "get" in paths[path], path
         assert "503" in paths[path]["get"]["responses"]
     params = {p["name"] for p in paths["/api/runs"]["get"]["parameters"]}
-    assert params == {"scenario", "status", "strategy"}
+    assert params == {"scenario", "status", "strategy", "q", "limit", "offset"}
     assert not any(p.startswith("/runs") or p == "/" for p in paths)  # pages stay out of the API schema
     assert client.get("/docs").status_code == 404
 

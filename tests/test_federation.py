@@ -13,7 +13,7 @@ from term_fl.client_app import app as client_app
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.fairness import fairness_summary
+from term_fl.fairness import fairness_summary, loss_risks
 from term_fl.federation import FederationError, Recorder, run_federation
 from term_fl.results import ResultsStore
 from term_fl.runs import run_one
@@ -48,6 +48,13 @@ def test_every_round_and_device_is_recorded(tiny, tmp_path):
     stats = store.load_round_stats(recorder.run_id, "test")[-1]
     for key in ("pooled_mean", "mean", "worst_10", "best_10", "std", "jain"):
         assert stats[key] == pytest.approx(expected[key], abs=1e-12)
+    # loss risks of both splits in every round (their curves are curves), equal to loss_risks of the rows
+    for split in ("val", "test"):
+        metrics = store.load_metrics(recorder.run_id, split)
+        for row in store.load_round_stats(recorder.run_id, split):
+            risks = loss_risks(metrics["loss"][metrics["round"] == row["round"]], alpha=row["alpha"])
+            for key in ("var", "cvar", "evar", "tivar"):
+                assert row[key] == pytest.approx(risks[key], rel=1e-12), (split, row["round"], key)
 
 
 def test_summary_json_follows_the_contract(tiny, tmp_path):

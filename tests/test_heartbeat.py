@@ -45,8 +45,8 @@ def test_a_schema_1_store_is_read_as_it_is_without_a_change(tmp_path):
 def test_opening_a_schema_1_store_for_writing_migrates_it_in_place(tmp_path, caplog):
     path = v1_store(tmp_path / "v1.db")
     with caplog.at_level("INFO", logger="term_fl"), ResultsStore(path) as store:
-        assert store.version == 3
-        assert "schema migrated from version 1 to 3" in caplog.text
+        assert store.version == results_module.SCHEMA_VERSION
+        assert f"schema migrated from version 1 to {results_module.SCHEMA_VERSION}" in caplog.text
         finished = store.get_run("v1-finished")
         assert (finished.status, finished.rounds_completed, finished.summary) == (
             "finished", 1, {"run_id": "v1-finished", "status": "finished"})
@@ -57,11 +57,11 @@ def test_opening_a_schema_1_store_for_writing_migrates_it_in_place(tmp_path, cap
         assert store.heartbeat("after-migration")
         assert store.get_run("after-migration").status == "running"
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (results_module.SCHEMA_VERSION,)
         assert "heartbeat_at" in [row[1] for row in raw.execute("PRAGMA table_info(runs)")]
         assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     with ResultsStore(path) as again:  # a second open finds nothing to migrate
-        assert again.version == 3 and len(again.list_runs()) == 3
+        assert again.version == results_module.SCHEMA_VERSION and len(again.list_runs()) == 3
 
 
 def test_a_run_without_a_recent_heartbeat_is_lost_and_a_new_heartbeat_brings_it_back(tmp_path, monkeypatch):

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from term_fl.results import (
+    SCHEMA_VERSION,
     DuplicateRoundError,
     EvalRow,
     ResultsStore,
@@ -417,7 +418,7 @@ def test_a_sqlite_file_of_another_schema_is_refused(tmp_path, db):
     ResultsStore(db).close()
     with sqlite3.connect(db) as raw:
         raw.execute("PRAGMA user_version = 99")
-    with pytest.raises(StoreError, match=r"schema version 99.*reads versions 1, 2, 3.*newer term-fl"):
+    with pytest.raises(StoreError, match=r"schema version 99.*reads versions 1, 2, 3, 4.*newer term-fl"):
         ResultsStore.open_readonly(db)
 
 
@@ -425,7 +426,7 @@ def test_store_file_is_in_wal_mode_with_foreign_keys_on(store, db):
     assert store._conn.execute("PRAGMA foreign_keys").fetchone() == (1,)
     with sqlite3.connect(db) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
-        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
 
 
 # -- device matrix ---------------------------------------------------------------------------------

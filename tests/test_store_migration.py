@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from term_fl.results import ResultsStore
+from term_fl.results import SCHEMA_VERSION, ResultsStore
 
 V2_DUMP = Path(__file__).parent / "data" / "results_v2.sql"
 ESTIMATES = {1: 0.1 + 0.2, 2: 1 / 3}  # what the schema-2 writer stored for the TERM run (round 3 failed)
@@ -39,8 +39,8 @@ def test_opening_a_schema_2_store_for_writing_moves_the_running_estimate_into_di
         stored = dict(raw.execute("SELECT round, running_estimate FROM rounds WHERE run_id = 'v2-term'"))
     assert stored == {**ESTIMATES, 3: None}
     with caplog.at_level("INFO", logger="term_fl"), ResultsStore(path) as store:
-        assert store.version == 3
-        assert "schema migrated from version 2 to 3" in caplog.text
+        assert store.version == SCHEMA_VERSION  # through version 3 (this change) to the newest
+        assert f"schema migrated from version 2 to {SCHEMA_VERSION}" in caplog.text
         migrated = diagnostics(store, "v2-term")
         assert migrated == {1: {"running_estimate": ESTIMATES[1]}, 2: {"running_estimate": ESTIMATES[2]}, 3: {}}
         assert migrated[1]["running_estimate"] == stored[1]  # every digit: 0.30000000000000004, not 0.3
@@ -56,14 +56,14 @@ def test_opening_a_schema_2_store_for_writing_moves_the_running_estimate_into_di
         store.record_round("afl", 1, diagnostics={"mixture_weights": [0.25, 0.75]})
         assert diagnostics(store, "afl") == {1: {"mixture_weights": [0.25, 0.75]}}
     with sqlite3.connect(path) as raw:
-        assert raw.execute("PRAGMA user_version").fetchone() == (3,)
+        assert raw.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
         columns = [row[1] for row in raw.execute("PRAGMA table_info(rounds)")]
         assert "diagnostics_json" in columns and "running_estimate" not in columns
         assert raw.execute("PRAGMA integrity_check").fetchone() == ("ok",)
         assert raw.execute("PRAGMA foreign_key_check").fetchall() == []
     with caplog.at_level("INFO", logger="term_fl"), ResultsStore(path) as again:  # nothing left to migrate
         caplog.clear()
-        assert again.version == 3 and len(again.list_runs()) == 3
+        assert again.version == SCHEMA_VERSION and len(again.list_runs()) == 3
         assert "migrated" not in caplog.text
 
 

@@ -12,12 +12,27 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
-from term_fl.dashboard.app import create_app
-from term_fl.dashboard.hosts import allowed_host_names
-from term_fl.dashboard.report import ReportError, write_report
+if TYPE_CHECKING:
+    from term_fl.dashboard.app import create_app
+    from term_fl.dashboard.report import ReportError, write_report
 
 __all__ = ["ReportError", "create_app", "serve", "write_report"]
+
+
+def __getattr__(name: str) -> Any:
+    """The web app and the report load on first use: ``term-fl runs`` reads
+    :mod:`term_fl.dashboard.queries` without importing FastAPI."""
+    if name == "create_app":
+        from term_fl.dashboard.app import create_app
+
+        return create_app
+    if name in ("ReportError", "write_report"):
+        from term_fl.dashboard import report
+
+        return getattr(report, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def serve(
@@ -40,6 +55,9 @@ def serve(
     :mod:`term_fl.dashboard.hosts`).
     """
     import uvicorn
+
+    from term_fl.dashboard.app import create_app
+    from term_fl.dashboard.hosts import allowed_host_names
 
     names, any_ip = allowed_host_names(host, allowed_hosts)
     app = create_app(db, allowed_hosts=names, any_ip_host=any_ip)

@@ -14,6 +14,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.exception_handlers import request_validation_exception_handler
@@ -23,9 +24,9 @@ from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
-from term_fl.dashboard import queries
+from term_fl.dashboard import compare_view, queries
 from term_fl.dashboard.hosts import HostGuard
-from term_fl.dashboard.render import PLOTLY_JS, STATIC_DIR, render
+from term_fl.dashboard.render import PLOTLY_JS, STATIC_DIR, file_stem, path_segment, render, script_json
 from term_fl.results import RUN_STATUSES, ResultsStore, RunNotFound, StoreError
 
 Split = Literal["test", "val"]  # term_fl.results.SPLITS
@@ -98,24 +99,74 @@ Store = Annotated[ResultsStore, Depends(open_store)]
 # -- JSON API -----------------------------------------------------------------
 
 
+RunsFilter = dict[str, Any]
+PAGE_SIZE = 50
+MAX_LIMIT = 1000
+
+
+def runs_filter(
+    scenario: Annotated[str | None, Query(description="Only runs of this scenario")] = None,
+    status: Annotated[Literal[(*RUN_STATUSES, "")] | None, Query(description="Only runs with this status ('': any)")] = None,  # type: ignore[valid-type]
+    strategy: Annotated[str | None, Query(description="Only runs of this strategy (fedavg, qffl, term ...)")] = None,
+    q: Annotated[str | None, Query(description="Only runs whose id or name contains this text (any case)")] = None,
+) -> RunsFilter:
+    """The filters of the runs list, as keyword arguments of queries.list_runs."""
+    return {"scenario": scenario or None, "status": status or None, "strategy": strategy or None, "text": q or None}
+
+
+Filters = Annotated[RunsFilter, Depends(runs_filter)]
+
+
+def csv_response(text: str, filename: str) -> Response:
+    return Response(text, media_type="text/csv; charset=utf-8",
+                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})  # fmt: skip
+
+
 def _api_router() -> APIRouter:
     api = APIRouter(prefix="/api", tags=["results"], responses=ERRORS)
 
-    @api.get("/runs", summary="List runs, newest first")
+    @api.get("/runs", summary="List runs, newest first, a page at a time")
     def runs(
         store: Store,
-        scenario: Annotated[str | None, Query(description="Only runs of this scenario")] = None,
-        status: Annotated[Literal[RUN_STATUSES] | None, Query(description="Only runs with this status")] = None,  # type: ignore[valid-type]
-        strategy: Annotated[str | None, Query(description="Only runs of this strategy (fedavg, qffl, term)")] = None,
+        response: Response,
+        filters: Filters,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Runs per page")] = 100,
+        offset: Annotated[int, Query(ge=0, description="Runs to skip (newest first)")] = 0,
     ) -> list[dict[str, Any]]:
         """Each run with its strategy parameters (t, q, tau, lam), progress, and the
-        statistics of its last round per split (`final.test`, `final.val`)."""
-        return queries.list_runs(store, scenario=scenario, status=status, strategy=strategy)
+        statistics of its last round per split (`final.test`, `final.val`). The header
+        `X-Total-Count` holds the number of matching runs."""
+        response.headers["X-Total-Count"] = str(store.count_runs(**filters))
+        return queries.list_runs(store, **filters, limit=limit, offset=offset)
+
+    @api.get("/runs.csv", summary="Every matching run as CSV", response_class=Response)
+    def runs_csv(store: Store, filters: Filters) -> Response:
+        """One row per run (no paging): identity, strategy parameters, progress, and every
+        statistic of its last round per split (`test.worst_10` ...)."""
+        return csv_response(queries.runs_csv(queries.list_runs(store, **filters)), "runs.csv")
+
+    # Run ids may hold '/': the routes below a run come before the run itself.
+    @api.get("/runs/{run_id:path}/rounds.csv", summary="Fairness statistics per round as CSV", response_class=Response)
+    def rounds_csv(store: Store, run_id: str) -> Response:
+        """One row per round and split, one column per statistic."""
+        return csv_response(queries.rounds_csv(queries.round_series(store, run_id)), f"{file_stem(run_id)}-rounds.csv")
 
     @api.get("/runs/{run_id:path}/rounds", summary="Fairness statistics and loss risks per round")
     def rounds(store: Store, run_id: str) -> dict[str, Any]:
         """`splits.<split>.<statistic>` is a list over `splits.<split>.round`."""
         return queries.round_series(store, run_id)
+
+    @api.get("/runs/{run_id:path}/devices.csv", summary="Every device in every round as CSV", response_class=Response)
+    def devices_csv(store: Store, run_id: str) -> Response:
+        """One row per round and device: its training row (sampled, included, F_k, loss after
+        training, tilted weight, training samples) and its evaluation per split."""
+        return csv_response(queries.device_rows_csv(store, run_id), f"{file_stem(run_id)}-devices.csv")
+
+    @api.get("/runs/{run_id:path}/devices/{partition_id}", summary="One device over the rounds")
+    def device(store: Store, run_id: str, partition_id: int) -> dict[str, Any]:
+        """`eval.<split>`: round, accuracy, loss, correct, examples; `train`: round, sampled,
+        included, train_loss (F_k), train_loss_after, tilted_weight, num_examples."""
+        return queries.device_history(store, run_id, partition_id)
 
     @api.get("/runs/{run_id:path}/devices", summary="Per-device accuracy and loss at one round")
     def devices(
@@ -131,30 +182,53 @@ def _api_router() -> APIRouter:
     @api.get("/runs/{run_id:path}/weights", summary="Tilted weight of every device in every round")
     def weights(store: Store, run_id: str) -> dict[str, Any]:
         """A heatmap matrix: `weights[i][j]` is the aggregation weight of device
-        `partition_ids[i]` in round `rounds[j]`, `null` where it was not sampled."""
+        `partition_ids[i]` in round `rounds[j]`, `null` where it was not sampled;
+        `examples[i]` and `loss[i]` (last test round) sort the rows."""
         return queries.weights_matrix(store, run_id)
 
     @api.get("/runs/{run_id:path}", summary="One run: settings, progress, per-round bookkeeping")
     def run(store: Store, run_id: str) -> dict[str, Any]:
-        """Run ids may hold `/` (matched after the `/rounds`, `/devices`, `/weights` routes).
+        """Run ids may hold `/` (matched after the routes below a run).
 
-        The run's list entry plus `config`, `data`, `strategy_params`, `error`, `summary`
-        and `rounds` (status, running estimate, sampled / included devices, exclusions)."""
+        The run's list entry plus `config`, `data`, `strategy_params`, `error`, `status_note`
+        (why a run is `lost`), `summary` and `rounds` (status, running estimate, sampled /
+        included devices, exclusions)."""
         return queries.run_detail(store, run_id)
 
-    @api.get("/compare", summary="Compare runs: mean ± standard error over seeds per cell")
-    def compare(
+    @api.get("/compare", summary="Compare runs: cells, mean ± standard error over seeds, curves, trade-off")
+    def compare(store: Store, which: Compared) -> Response:
+        """Runs grouped into cells by `config_hash` (same settings, other seeds; a repeated seed
+        counts once). Per cell and split: mean, standard error (sample std / sqrt(n); null for one
+        seed) and n of every final statistic, paired differences against the FedAvg cell of the same
+        settings, per-round curves (mean, se, n), the ECDF of the final device accuracies, and the
+        cell chosen on validation; `notices` say what differs and what was left out."""
+        # already plain JSON values (queries.clean): sent as they are, without FastAPI's encoder pass
+        return JSONResponse(compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"]))
+
+    @api.get("/compare.csv", summary="A table of the comparison as CSV", response_class=Response)
+    def compare_csv(
         store: Store,
-        runs: Annotated[str | None, Query(description="Comma-separated run ids (any status)")] = None,
-        scenario: Annotated[str | None, Query(description="All finished runs of this scenario")] = None,
-        run: Annotated[list[str] | None, Query(description="A run id, repeatable (for ids holding a comma)")] = None,
-    ) -> dict[str, Any]:
-        """Runs grouped by `config_hash` (same settings, other seeds). Per cell and split:
-        mean and standard error (sample std / sqrt(n); null for one seed) of the final
-        average, worst 10%, best 10%, std, and the pooled final device accuracies."""
-        return queries.compare(store, run_ids=_split_ids(runs, run), scenario=scenario)
+        which: Compared,
+        table: Annotated[Literal["cells", "curves", "runs"], Query(description="Which table")] = "cells",
+    ) -> Response:
+        """`cells`: one row per cell; `curves`: per cell, split, statistic and round (long format);
+        `runs`: the compared runs with their final statistics."""
+        data = compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"])
+        return csv_response(compare_view.compare_csv(data, table), f"compare-{table}.csv")
 
     return api
+
+
+def compared(
+    runs: Annotated[str | None, Query(description="Comma-separated run ids (any status)")] = None,
+    scenario: Annotated[str | None, Query(description="All finished runs of this scenario")] = None,
+    run: Annotated[list[str] | None, Query(description="A run id, repeatable (for ids holding a comma)")] = None,
+) -> dict[str, Any]:
+    """What a comparison is of: run ids (from ``runs=a,b`` and repeated ``run=``), or a scenario."""
+    return {"run_ids": _split_ids(runs, run), "scenario": scenario or None}
+
+
+Compared = Annotated[dict[str, Any], Depends(compared)]
 
 
 def _split_ids(runs: str | None, run: list[str] | None = None) -> list[str] | None:
@@ -164,6 +238,16 @@ def _split_ids(runs: str | None, run: list[str] | None = None) -> list[str] | No
     return ids or None
 
 
+def compare_csv_urls(which: dict[str, Any]) -> dict[str, str]:
+    query = [("run", r) for r in which["run_ids"]] if which["run_ids"] else [("scenario", which["scenario"] or "")]
+    return {t: "/api/compare.csv?" + urlencode([*query, ("table", t)]) for t in compare_view.CSV_TABLES}
+
+
+def run_csv_urls(run_id: str) -> dict[str, str]:
+    base = f"/api/runs/{path_segment(run_id)}"
+    return {"devices": f"{base}/devices.csv", "rounds": f"{base}/rounds.csv"}
+
+
 # -- pages --------------------------------------------------------------------
 
 
@@ -171,23 +255,31 @@ def _page_router(db: Path) -> APIRouter:
     pages = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
     @pages.get("/")
-    def runs_page(store: Store) -> str:
-        runs = queries.list_runs(store)
-        options = {key: sorted({r[key] for r in runs}) for key in ("status", "scenario", "strategy")}
-        return render("runs.html", runs=runs, options=options, db=str(db))
+    def runs_page(store: Store, filters: Filters, page: Annotated[int, Query(ge=1)] = 1) -> str:
+        total = store.count_runs(**filters)
+        runs = queries.list_runs(store, **filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
+        options = {key: store.run_values(key) for key in ("scenario", "strategy")} | {"status": list(RUN_STATUSES)}
+        chosen = {k: v for k, v in {**filters, "q": filters["text"]}.items() if v and k != "text"}
+        pages_total = max(1, -(-total // PAGE_SIZE))
+        link = lambda n: "/?" + urlencode({**chosen, "page": n})  # noqa: E731
+        return render(
+            "runs.html", runs=runs, options=options, filters=chosen, total=total, page=page, pages=pages_total,
+            first=(page - 1) * PAGE_SIZE + 1, prev_url=link(page - 1) if page > 1 else None,
+            next_url=link(page + 1) if page < pages_total else None,
+            csv_url="/api/runs.csv" + ("?" + urlencode(chosen) if chosen else ""), db=str(db),
+        )  # fmt: skip
 
     @pages.get("/runs/{run_id:path}")
     def run_page(store: Store, run_id: str) -> str:
-        return render("run.html", run=queries.run_detail(store, run_id), db=str(db))
+        run = queries.run_detail(store, run_id)
+        return render("run.html", run=run, csv_urls=run_csv_urls(run_id), db=str(db))
 
     @pages.get("/compare")
-    def compare_page(
-        store: Store, runs: str | None = None, scenario: str | None = None, run: Annotated[list[str] | None, Query()] = None
-    ) -> str:
-        ids = _split_ids(runs, run)
-        data = queries.compare(store, run_ids=ids, scenario=scenario)
-        query = {"runs": runs or "", "run_ids": ids or [], "scenario": scenario or ""}
-        return render("compare.html", compare=data, query=query, db=str(db))
+    def compare_page(store: Store, which: Compared) -> str:
+        data = compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"])
+        query = {"run_ids": which["run_ids"] or [], "scenario": which["scenario"] or ""}
+        return render("compare.html", compare=data, query=query, csv_urls=compare_csv_urls(which),
+                      initial=script_json(data), db=str(db))  # fmt: skip
 
     @pages.get("/vendor/plotly.min.js", response_class=FileResponse)
     def plotly_js() -> FileResponse:

@@ -14,30 +14,60 @@ standard error over seeds (sample standard deviation / sqrt(n)).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import csv
+import io
+import math
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from term_fl.comparison import mean_and_stderr
-from term_fl.fairness import STATISTICS
+import numpy as np
+
+from term_fl.fairness import STATISTICS, statistics_table
 from term_fl.jsonable import plain
-from term_fl.keys import EVAL_SPLITS
-from term_fl.results import ResultsStore, RunInfo
-from term_fl.strategies.registry import PARAM_KEYS, cell_label, strategy_order
+from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES
+from term_fl.results import DAMAGED, HEARTBEAT_S, LOST_AFTER_S, ResultsStore, RunInfo
+from term_fl.strategies.registry import PARAM_KEYS
+from term_fl.strategies.registry import STRATEGIES as REGISTRY
 
 __all__ = [
     "BadQuery",
     "NotFound",
-    "compare",
+    "device_histories",
+    "device_history",
     "device_name",
     "device_rounds",
+    "device_rows_csv",
     "devices_at",
     "list_runs",
     "round_series",
+    "rounds_csv",
     "run_detail",
     "run_row",
+    "runs_csv",
+    "statistics",
     "weights_matrix",
 ]
 
+SPLIT_LABELS = {"test": "test", "val": SUMMARY_NAMES["val"]}  # the order the pages offer them
+STRATEGIES = [{"name": spec.name, "label": spec.label} for spec in REGISTRY.values()]  # registry order
+TUNED = {spec.name: spec.tuned[0] for spec in REGISTRY.values() if spec.tuned}  # what a sweep of it varies
+REFERENCE_STRATEGY = "fedavg"  # paired differences, lines in the sweep charts (as comparison.select_by_validation)
+HEADLINE = tuple(s.key for s in STATISTICS if s.headline)  # term_fl.fairness: the compact tables' statistics
+RISKS = tuple(s.key for s in STATISTICS if s.group == "risk")
+# The comparison's views, by statistic key (labels, directions and groups come from term_fl.fairness).
+TRADEOFF = {"x": "mean", "y": ["worst_10", "std"], "sweep_stats": ["mean", "worst_10", "std"]}
+COMPARE_STATS = tuple(dict.fromkeys((TRADEOFF["x"], *HEADLINE)))  # the cells table: device mean, then the headline
+DIFFERENCE_STATS = ("mean", "worst_10", "std")  # paired differences against the reference
+CURVE_PANELS = [
+    *({"key": key} for key in dict.fromkeys((TRADEOFF["x"], "pooled_mean", *TRADEOFF["y"]))),
+    {"key": "risk", "choices": list(RISKS), "note": "loss risk over devices"},
+]
+
+
+def statistics() -> list[dict[str, Any]]:
+    """Every statistic (key, label, group, direction, headline, description ...), as term_fl.fairness lists them."""
+    return statistics_table()
 
 
 class NotFound(LookupError):
@@ -56,26 +86,18 @@ def device_name(partition_id: int) -> str:
 # -- runs ---------------------------------------------------------------------
 
 
-def _final_stats(store: ResultsStore, run_id: str) -> dict[str, Any]:
-    """Per split: the last round's statistics with its ``round`` (empty before any round)."""
-    final: dict[str, Any] = {}
-    for split in EVAL_SPLITS:
-        rounds = store.load_round_stats(run_id, split)
-        final[split] = plain(rounds[-1]) if rounds else {}
-    return final
-
-
-def run_row(store: ResultsStore, info: RunInfo) -> dict[str, Any]:
+def run_row(info: RunInfo, final: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """One line of the runs list: identity, strategy parameters, progress and final statistics.
 
-    ``damaged`` names the stored JSON that could not be read (the row is
-    still listed, flagged, so one bad row does not hide the others).
+    ``final`` is the run's entry of :meth:`ResultsStore.final_stats` (split ->
+    last round's statistics). ``damaged`` names the stored JSON that could not
+    be read (the row is still listed, flagged, so one bad row does not hide the others).
     """
     damaged = list(info.damaged)
-    try:
-        final = _final_stats(store, info.run_id)
-    except (ValueError, RecursionError):  # a round_stats row with damaged JSON
-        final, damaged = {split: {} for split in EVAL_SPLITS}, [*damaged, "stats_json"]
+    final = {split: dict(final.get(split) or {}) for split in EVAL_SPLITS}
+    for stats in final.values():
+        if stats.pop(DAMAGED, None) and "stats_json" not in damaged:
+            damaged.append("stats_json")
     return plain(
         {
             "run_id": info.run_id,
@@ -98,17 +120,39 @@ def run_row(store: ResultsStore, info: RunInfo) -> dict[str, Any]:
 
 
 def list_runs(
-    store: ResultsStore, scenario: str | None = None, status: str | None = None, strategy: str | None = None
+    store: ResultsStore,
+    scenario: str | None = None,
+    status: str | None = None,
+    strategy: str | None = None,
+    *,
+    text: str | None = None,
+    limit: int | None = None,
+    offset: int = 0,
 ) -> list[dict[str, Any]]:
-    """The runs matching every given filter, newest first."""
-    infos = store.list_runs(scenario=scenario, status=status)
-    return [run_row(store, info) for info in infos if strategy is None or info.strategy == strategy]
+    """The runs matching every given filter, newest first (``limit`` of them from ``offset``; None: all)."""
+    infos = store.list_runs(scenario=scenario, status=status, strategy=strategy, text=text, limit=limit,
+                            offset=offset)  # fmt: skip
+    final = store.final_stats(info.run_id for info in infos)
+    return [run_row(info, final.get(info.run_id, {})) for info in infos]
+
+
+def lost_note(info: RunInfo) -> str | None:
+    """For a lost run, what the dashboard knows: when its writer was last heard of, and the limit."""
+    if info.status != "lost":
+        return None
+    last = info.heartbeat_at if info.heartbeat_at is not None else info.started_at
+    seen = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last))
+    return (
+        f"Lost: the process writing this run has not been heard of since {seen} (a running run sends a "
+        f"heartbeat every {HEARTBEAT_S:g} s and is called lost after {LOST_AFTER_S:g} s of silence). It was "
+        f"killed, crashed or its machine stopped; the {info.rounds_completed} rounds it recorded are kept."
+    )
 
 
 def run_detail(store: ResultsStore, run_id: str) -> dict[str, Any]:
     """A run's list line plus its full settings, data, error, summary and per-round bookkeeping."""
     info = store.get_run(run_id)
-    row = run_row(store, info)
+    row = run_row(info, store.final_stats([run_id]).get(run_id, {}))
     try:
         rounds = store.load_rounds(run_id)
     except (ValueError, RecursionError):  # damaged excluded_json
@@ -121,6 +165,7 @@ def run_detail(store: ResultsStore, run_id: str) -> dict[str, Any]:
                 "config": info.config,
                 "data": info.data,
                 "error": info.error,
+                "status_note": lost_note(info),
                 "run_dir": info.run_dir,
                 "summary": info.summary,
                 "rounds": rounds,
@@ -155,16 +200,24 @@ def device_rounds(store: ResultsStore, run_id: str, split: str = "test") -> dict
 
 def devices_at(store: ResultsStore, run_id: str, round: int | None = None, split: str = "test") -> dict[str, Any]:
     """The devices of one round (default: the last evaluated round), and which rounds have evaluations."""
-    by_round = device_rounds(store, run_id, split)
-    rounds = sorted(by_round)
+    rounds = store.evaluated_rounds(run_id, split)
     if round is None:
         if not rounds:
             return {"run_id": run_id, "split": split, "round": None, "rounds": [], "devices": []}
         round = rounds[-1]
-    if round not in by_round:
+    if round not in rounds:
         have = f"rounds {rounds[0]} to {rounds[-1]}" if rounds else "no evaluated rounds yet"
         raise NotFound(f"run {run_id!r} has no {split} evaluation for round {round} ({have})")
-    return {"run_id": run_id, "split": split, "round": round, "rounds": rounds, "devices": by_round[round]}
+    metrics = store.load_round_devices(run_id, round, split)
+    return {"run_id": run_id, "split": split, "round": round, "rounds": rounds, "devices": _device_list(metrics)}
+
+
+def _device_list(metrics: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
+    columns = {key: metrics[key].tolist() for key in ("partition_id", "accuracy", "loss", "correct", "examples")}
+    return [
+        plain({**{key: values[i] for key, values in columns.items()}, "name": device_name(columns["partition_id"][i])})
+        for i in range(len(columns["partition_id"]))
+    ]
 
 
 def weights_matrix(store: ResultsStore, run_id: str) -> dict[str, Any]:
@@ -172,9 +225,17 @@ def weights_matrix(store: ResultsStore, run_id: str) -> dict[str, Any]:
 
     ``weights[i][j]`` belongs to device ``partition_ids[i]`` in round
     ``rounds[j]``; None where the device was not sampled or its reply was
-    not aggregated.
+    not aggregated. ``examples[i]`` is the device's number of training
+    samples (as it reported them) and ``loss[i]`` its test loss in the last
+    evaluated round, for sorting the rows.
     """
     rounds, partitions, matrix = store.device_matrix(run_id, "tilted_weight")
+    _, _, sizes = store.device_matrix(run_id, "num_examples")
+    last = store.evaluated_rounds(run_id, "test")
+    final = store.load_round_devices(run_id, last[-1], "test") if last else None
+    loss = dict(zip(final["partition_id"].tolist(), final["loss"].tolist(), strict=True)) if final else {}
+    with np.errstate(all="ignore"):
+        examples = np.nanmax(sizes, axis=0) if sizes.size else np.full(len(partitions), np.nan)
     return plain(
         {
             "run_id": run_id,
@@ -182,74 +243,108 @@ def weights_matrix(store: ResultsStore, run_id: str) -> dict[str, Any]:
             "partition_ids": partitions,
             "devices": [device_name(p) for p in partitions],
             "weights": matrix.T,
+            "examples": examples,
+            "loss": [loss.get(int(p)) for p in partitions],
+            "loss_round": last[-1] if last else None,
         }
     )
 
 
-# -- several runs -------------------------------------------------------------
+def device_history(store: ResultsStore, run_id: str, partition_id: int) -> dict[str, Any]:
+    """One device over the rounds: accuracy, loss and samples per split, and its training rows
+    (sampled, F_k, loss after training, tilted weight, training samples)."""
+    history = store.load_device_history(run_id, partition_id)
+    if not any(len(columns["round"]) for columns in (*history["eval"].values(), history["train"])):
+        raise NotFound(f"run {run_id!r} has no rows of device {partition_id}")
+    return _history(run_id, int(partition_id), history["eval"], history["train"])
 
 
-def _final_accuracies(store: ResultsStore, run_id: str, split: str) -> list[float]:
-    """The device accuracies of the run's last evaluated round."""
-    by_round = device_rounds(store, run_id, split)
-    if not by_round:
-        return []
-    return [d["accuracy"] for d in by_round[max(by_round)] if d["accuracy"] is not None]
+def device_histories(store: ResultsStore, run_id: str) -> dict[str, dict[str, Any]]:
+    """:func:`device_history` of every device of the run (partition id as text -> history), read at once."""
+    evals = {split: store.load_metrics(run_id, split) for split in EVAL_SPLITS}
+    train = store.load_train(run_id)
+    pids = sorted({*train["partition_id"].tolist(), *(p for m in evals.values() for p in m["partition_id"].tolist())})
+
+    def rows_of(columns: Mapping[str, np.ndarray], pid: int) -> dict[str, np.ndarray]:
+        mask = columns["partition_id"] == pid
+        return {k: v[mask] for k, v in columns.items()}
+
+    return {
+        str(pid): _history(run_id, pid, {s: rows_of(m, pid) for s, m in evals.items()}, rows_of(train, pid))
+        for pid in pids
+    }
 
 
-def _cell_order(cell: Mapping[str, Any]) -> tuple[Any, ...]:
-    strategy = cell["strategy"]
-    return (strategy_order(strategy), strategy, *(cell["params"].get(k) is None for k in PARAM_KEYS),
-            *(cell["params"].get(k) or 0 for k in PARAM_KEYS), cell["config_hash"])  # fmt: skip
-
-
-def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario: str | None = None) -> dict[str, Any]:
-    """Cells (runs grouped by config_hash) with mean ± standard error of the final statistics over seeds,
-    and each cell's pooled final device accuracies (all its seeds) for overlaid histograms.
-
-    Give ``run_ids`` (any status) or ``scenario`` (its finished runs).
-    """
-    if run_ids:
-        infos = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]
-        title = f"{len(infos)} runs"
-    elif scenario:
-        infos = store.list_runs(scenario=scenario, status="finished")
-        if not infos:
-            raise NotFound(f"no finished runs of scenario {scenario!r} in {store.path}")
-        title = f"scenario {scenario}"
-    else:
-        raise BadQuery("give the runs to compare (runs=id1,id2,...) or a scenario (scenario=NAME)")
-    rows = [run_row(store, info) for info in infos]
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(row["config_hash"], []).append(row)
-    cells = []
-    for config_hash, members in groups.items():
-        first = members[0]
-        cell: dict[str, Any] = {
-            "config_hash": config_hash,
-            "label": cell_label({"name": first["strategy"], **first["params"]}),
-            "strategy": first["strategy"],
-            "params": first["params"],
-            "scenarios": sorted({m["scenario"] for m in members}),
-            "n": len(members),
-            "seeds": sorted(m["seed"] for m in members),
-            "run_ids": [m["run_id"] for m in members],
-            "running": sum(m["status"] == "running" for m in members),
-            "stats": {},
-            "accuracies": {},
+def _history(run_id: str, pid: int, evals: Mapping[str, Mapping[str, Any]], train: Mapping[str, Any]) -> dict[str, Any]:
+    return plain(
+        {
+            "run_id": run_id,
+            "partition_id": pid,
+            "name": device_name(pid),
+            "eval": {split: {k: v for k, v in cols.items() if k != "partition_id"} for split, cols in evals.items()},
+            "train": {k: v for k, v in train.items() if k != "partition_id"},
         }
-        for split in EVAL_SPLITS:
-            cell["stats"][split] = {}
-            for stat in (s.key for s in STATISTICS):
-                values = [m["final"][split].get(stat) for m in members]
-                mean, se = mean_and_stderr(values)
-                cell["stats"][split][stat] = {"mean": mean, "se": se, "n": sum(v is not None for v in values)}
-            cell["accuracies"][split] = [a for m in members for a in _final_accuracies(store, m["run_id"], split)]
-        cells.append(cell)
-    cells.sort(key=_cell_order)
-    labels = [c["label"] for c in cells]
-    for c in cells:
-        if labels.count(c["label"]) > 1:  # same strategy parameters, other settings differ
-            c["label"] += f" #{c['config_hash'][:6]}"
-    return plain({"title": title, "scenario": scenario, "runs": rows, "cells": cells})
+    )
+
+
+# -- CSV ------------------------------------------------------------------------
+
+
+def to_csv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """CSV text (RFC 4180, ``\\r\\n`` line ends) of ``rows``; None and NaN are empty fields."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(header)
+    for row in rows:
+        writer.writerow(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in row])
+    return out.getvalue()
+
+
+RUN_CSV_FIELDS = ("run_id", "name", "scenario", "engine", "strategy", "seed", "status", "rounds_completed",
+                  "rounds_planned", "started_at", "finished_at", "config_hash")  # fmt: skip
+
+
+def runs_csv(rows: Sequence[Mapping[str, Any]], extra: Sequence[str] = ()) -> str:
+    """The runs list as CSV: identity, strategy parameters, progress and every final statistic per split
+    (``extra``: further fields of the rows, e.g. a comparison's ``cell`` and ``counted``)."""
+    stats = [s["key"] for s in statistics()]
+    fields = [*RUN_CSV_FIELDS, *extra]
+    header = [*fields, *PARAM_KEYS, *(f"{split}.{k}" for split in SPLIT_LABELS for k in ("round", *stats))]
+    return to_csv(header, (
+        [*(row[f] for f in fields), *(row["params"].get(k) for k in PARAM_KEYS),
+         *(row["final"][split].get(k) for split in SPLIT_LABELS for k in ("round", *stats))]
+        for row in rows
+    ))  # fmt: skip
+
+
+def rounds_csv(series: Mapping[str, Any]) -> str:
+    """A run's per-round statistics (:func:`round_series`) as CSV: one row per round and split."""
+    keys = sorted({k for columns in series["splits"].values() for k in columns} - {"round"})
+    rows = []
+    for split, columns in series["splits"].items():
+        for i, r in enumerate(columns.get("round", [])):
+            rows.append([r, split, *((columns.get(k) or [None] * (i + 1))[i] for k in keys)])
+    rows.sort(key=lambda row: (row[0], row[1]))
+    return to_csv(["round", "split", *keys], rows)
+
+
+DEVICE_CSV_TRAIN = ("sampled", "included", "train_loss", "train_loss_after", "tilted_weight", "num_examples")
+DEVICE_CSV_EVAL = ("loss", "accuracy", "correct", "examples")
+
+
+def device_rows_csv(store: ResultsStore, run_id: str) -> str:
+    """Every device in every round of a run as CSV: its training row and its evaluation per split.
+
+    One row per (round, partition_id) that has a training or an evaluation
+    row; empty fields where it has none (not sampled, or not evaluated that round).
+    """
+    train = store.load_train(run_id)
+    evals = {split: store.load_metrics(run_id, split) for split in EVAL_SPLITS}
+    rows: dict[tuple[int, int], dict[str, Any]] = {}
+    for i, key in enumerate(zip(train["round"].tolist(), train["partition_id"].tolist(), strict=True)):
+        rows.setdefault(key, {}).update({c: train[c][i].item() for c in DEVICE_CSV_TRAIN})
+    for split, metrics in evals.items():
+        for i, key in enumerate(zip(metrics["round"].tolist(), metrics["partition_id"].tolist(), strict=True)):
+            rows.setdefault(key, {}).update({f"{split}_{c}": metrics[c][i].item() for c in DEVICE_CSV_EVAL})
+    header = ["round", "partition_id", *DEVICE_CSV_TRAIN, *(f"{s}_{c}" for s in EVAL_SPLITS for c in DEVICE_CSV_EVAL)]
+    return to_csv(header, ([*key, *(rows[key].get(c) for c in header[2:])] for key in sorted(rows)))

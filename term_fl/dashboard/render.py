@@ -68,6 +68,11 @@ def path_segment(value: Any) -> str:
     return urllib.parse.quote(str(value), safe="")
 
 
+def file_stem(value: Any) -> str:
+    """A run id as part of a download's file name: anything but letters, digits, ``.``, ``_``, ``-`` -> ``_``."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(value))
+
+
 def fmt_time(stamp: float | None) -> str:
     """Unix seconds as UTC date and time."""
     return "—" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
@@ -82,7 +87,8 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, pretty_json=pretty_json, path_segment=path_segment)
+    env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, pretty_json=pretty_json, path_segment=path_segment,
+                       file_stem=file_stem)  # fmt: skip
     env.globals.update(
         PARAM_KEYS=PARAM_KEYS,  # the strategies' parameters (term_fl.strategies.registry)
         STATISTICS=STATISTICS,  # every statistic (term_fl.fairness), in table order

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from term_fl.dashboard import queries
+from term_fl.dashboard import compare_view, queries
 from term_fl.dashboard.render import render
 from term_fl.keys import EVAL_SPLITS
 from term_fl.results import ResultsStore
@@ -31,9 +31,9 @@ def write_report(db: str | os.PathLike[str], run_or_scenario: str, out_path: str
     """
     db = Path(db).expanduser().resolve()
     with ResultsStore.open_readonly(db) as store:
-        if any(run.run_id == run_or_scenario for run in store.list_runs()):
+        if store.has_run(run_or_scenario):
             html = _run_report(store, run_or_scenario, db)
-        elif store.list_runs(scenario=run_or_scenario, status="finished"):
+        elif store.count_runs(scenario=run_or_scenario, status="finished"):
             html = _compare_report(store, run_or_scenario, db)
         else:
             raise ReportError(_nothing_found(store, run_or_scenario))
@@ -44,22 +44,29 @@ def write_report(db: str | os.PathLike[str], run_or_scenario: str, out_path: str
 
 
 def _run_report(store: ResultsStore, run_id: str, db: Path) -> str:
+    """The run page with its data inlined: every round's devices, every device's history, the CSVs."""
+    rounds = queries.round_series(store, run_id)
+    weights = queries.weights_matrix(store, run_id)
     data = {
         "run": queries.run_detail(store, run_id),
-        "rounds": queries.round_series(store, run_id),
-        "weights": queries.weights_matrix(store, run_id),
+        "rounds": rounds,
+        "weights": weights,
         "devices": {},
+        "device_histories": queries.device_histories(store, run_id),
+        "csv": {"rounds": queries.rounds_csv(rounds), "devices": queries.device_rows_csv(store, run_id)},
     }
     for split in EVAL_SPLITS:
         by_round = queries.device_rounds(store, run_id, split)
         data["devices"][split] = {"rounds": sorted(by_round), "by_round": {str(r): d for r, d in by_round.items()}}
-    return render("run.html", report=data, run=data["run"], db=str(db))
+    return render("run.html", report=data, run=data["run"], csv_urls={"rounds": "", "devices": ""}, db=str(db))
 
 
 def _compare_report(store: ResultsStore, scenario: str, db: Path) -> str:
-    data = {"compare": queries.compare(store, scenario=scenario)}
-    return render("compare.html", report=data, compare=data["compare"], query={"runs": "", "scenario": scenario},
-                  db=str(db))  # fmt: skip
+    """The comparison page of a scenario's finished runs with its data and its CSVs inlined."""
+    compare = compare_view.compare(store, scenario=scenario)
+    data = {"compare": compare, "csv": {t: compare_view.compare_csv(compare, t) for t in compare_view.CSV_TABLES}}
+    return render("compare.html", report=data, compare=compare, query={"runs": "", "scenario": scenario},
+                  csv_urls={t: "" for t in compare_view.CSV_TABLES}, db=str(db))  # fmt: skip
 
 
 def _nothing_found(store: ResultsStore, subject: str) -> str:

@@ -40,7 +40,9 @@ Tables (``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`,
 ``round_stats``
     Per round and split: the fairness statistics and loss risks as
     ``stats_json`` (keys of :mod:`term_fl.fairness`), plus real columns for
-    the ones a table sorts on (mean, pooled_mean, worst_10, best_10, std).
+    the ones a table sorts on (mean, pooled_mean, worst_10, best_10, std)
+    and for the loss risks a comparison draws per round (var, cvar, evar,
+    tivar; schema version 4).
 
 Conventions:
 
@@ -62,10 +64,11 @@ Conventions:
   "interrupted")`` on KeyboardInterrupt and ``"failed"`` on an exception.
 - Schema versions: 1 (0.1.x), 2 (adds ``runs.heartbeat_at``), 3
   (``rounds.diagnostics_json`` replaces the TERM-only column
-  ``rounds.running_estimate``). Opening a store of an older version for
-  writing migrates it in place, in one transaction
+  ``rounds.running_estimate``), 4 (adds ``round_stats.var``, ``cvar``,
+  ``evar``, ``tivar``, filled from ``stats_json``). Opening a store of an
+  older version for writing migrates it in place, in one transaction
   (:data:`~term_fl.results.schema.MIGRATIONS`); read-only opening reads
-  versions 1 to 3 without changing the file.
+  versions 1 to 4 without changing the file.
 - ``synchronous=NORMAL``: a committed round survives a crash of the
   process; a power loss may lose the last rounds, never corrupt the file.
 """
@@ -73,11 +76,13 @@ Conventions:
 from __future__ import annotations
 
 from .errors import DuplicateRoundError, RunNotFound, StoreError
+from .reads import DAMAGED
 from .rows import EvalRow, RunInfo, TrainRow
 from .schema import (
     EVAL_COLUMNS,
     HEARTBEAT_S,
     LOST_AFTER_S,
+    RISK_COLUMNS,
     RUN_STATUSES,
     SCHEMA_VERSION,
     STAT_COLUMNS,
@@ -86,9 +91,11 @@ from .schema import (
 from .store import ResultsStore, new_run_id
 
 __all__ = [
+    "DAMAGED",
     "EVAL_COLUMNS",
     "HEARTBEAT_S",
     "LOST_AFTER_S",
+    "RISK_COLUMNS",
     "RUN_STATUSES",
     "SCHEMA_VERSION",
     "STAT_COLUMNS",

@@ -111,6 +111,12 @@ def _as_real(value: Any) -> float | None:
     return None if value != value else value
 
 
+def _as_finite_real(value: Any) -> float | None:
+    """A float for a REAL column that mirrors a JSON value: NaN, ±inf and None become None (SQL NULL)."""
+    value = _as_real(value)
+    return value if value is None or math.isfinite(value) else None
+
+
 def _as_int(value: Any) -> int:
     """An int for an INTEGER column; integral floats (3.0) pass, 3.5 or '3' do not."""
     if isinstance(value, (float, np.floating)):

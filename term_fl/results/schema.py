@@ -13,8 +13,8 @@ from collections.abc import Callable
 
 from term_fl.keys import EVAL_SPLITS
 
-SCHEMA_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)  # read-only opening reads these as they are
+SCHEMA_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)  # read-only opening reads these as they are
 # A running run records a heartbeat every HEARTBEAT_S seconds (and every
 # round); readers call it lost when the last one is older than LOST_AFTER_S.
 HEARTBEAT_S = 5.0
@@ -29,6 +29,7 @@ RUN_STATUSES = (*STORED_STATUSES, "lost")  # "lost": running, with a stale heart
 FINAL_STATUSES = STORED_STATUSES[1:]
 ROUND_STATUSES = ("ok", "failed")
 STAT_COLUMNS = ("mean", "pooled_mean", "worst_10", "best_10", "std")
+RISK_COLUMNS = ("var", "cvar", "evar", "tivar")  # round_stats columns since schema version 4
 TRAIN_COLUMNS = ("sampled", "included", "train_loss", "train_loss_after", "tilted_weight", "num_examples")
 EVAL_COLUMNS = ("loss", "accuracy", "correct", "examples")
 
@@ -119,10 +120,16 @@ _SCHEMA = (
         split TEXT NOT NULL CHECK (split IN {EVAL_SPLITS}),
         {", ".join(f"{c} REAL" for c in STAT_COLUMNS)},
         stats_json TEXT NOT NULL,
+        {", ".join(f"{c} REAL" for c in RISK_COLUMNS)},
         PRIMARY KEY (run_id, round, split),
         FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
             ON DELETE CASCADE
     ) WITHOUT ROWID""",
+)
+
+INSERT_ROUND_STATS = (
+    f"INSERT INTO round_stats (run_id, round, split, {', '.join(STAT_COLUMNS)}, stats_json, {', '.join(RISK_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * (4 + len(STAT_COLUMNS) + len(RISK_COLUMNS)))})"
 )
 
 _RUN_COLUMNS = (
@@ -152,6 +159,14 @@ Step = str | Callable[[sqlite3.Connection], None]
 MIGRATIONS: dict[int, tuple[Step, ...]] = {
     1: ("ALTER TABLE runs ADD COLUMN heartbeat_at REAL",),
     2: (_diagnostics_replace_running_estimate,),
+    3: (
+        *(f"ALTER TABLE round_stats ADD COLUMN {c} REAL" for c in RISK_COLUMNS),
+        # filled from the stored JSON (a row whose JSON is damaged keeps NULL), so that a
+        # comparison's per-round risk curves read columns instead of parsing every row
+        "UPDATE round_stats SET " + ", ".join(
+            f"{c} = CASE WHEN json_valid(stats_json) THEN json_extract(stats_json, '$.{c}') END" for c in RISK_COLUMNS
+        ),
+    ),
 }
 """The steps (SQL statements or functions of the connection) that bring a store of version v to v + 1.
 

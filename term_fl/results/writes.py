@@ -12,8 +12,8 @@ from typing import Any
 from term_fl.keys import EVAL_SPLITS
 
 from .errors import DuplicateRoundError, StoreError
-from .rows import _EVAL_ROWS, _TRAIN_ROWS, EvalRow, TrainRow, _as_int, _as_real, _convert, _dumps, _RowSpec
-from .schema import FINAL_STATUSES, ROUND_STATUSES, STAT_COLUMNS
+from .rows import _EVAL_ROWS, _TRAIN_ROWS, EvalRow, TrainRow, _as_finite_real, _as_int, _as_real, _convert, _dumps, _RowSpec
+from .schema import FINAL_STATUSES, INSERT_ROUND_STATS, RISK_COLUMNS, ROUND_STATUSES, STAT_COLUMNS
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -119,7 +119,8 @@ class Writes:
             raise ValueError(f"stats splits must be among {EVAL_SPLITS}, got {bad_splits}")
         stats_rows = [
             (run_id, round, split, *(_convert(_as_real, s.get(c), f"stats[{split!r}][{c!r}]") for c in STAT_COLUMNS),
-             _dumps(s, f"stats[{split!r}]"))
+             _dumps(s, f"stats[{split!r}]"),
+             *(_convert(_as_finite_real, s.get(c), f"stats[{split!r}][{c!r}]") for c in RISK_COLUMNS))
             for split, s in stats.items()
         ]  # fmt: skip
         excluded_json = _dumps(list(excluded), "excluded")
@@ -136,7 +137,7 @@ class Writes:
             try:
                 self._insert_rows("device_train", run_id, round, train_rows, _TRAIN_ROWS, "train_rows")
                 self._insert_rows("device_eval", run_id, round, eval_rows, _EVAL_ROWS, "eval_rows")
-                self._conn.executemany("INSERT INTO round_stats VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", stats_rows)
+                self._conn.executemany(INSERT_ROUND_STATS, stats_rows)
             except sqlite3.IntegrityError as exc:
                 raise StoreError(f"round {round} of run {run_id!r} was not recorded: {exc}") from exc
             self._conn.execute(

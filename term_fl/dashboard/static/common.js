@@ -8,6 +8,17 @@ const TermFL = (() => {
   const STATISTICS = JSON.parse(document.getElementById("statistics").textContent);
   const inline = document.getElementById("report-data");
   const report = inline ? JSON.parse(inline.textContent) : null;
+  // The data a page was rendered with (the comparison page inlines its answer): used once, then the API.
+  const first = document.getElementById("initial-data");
+  let initial = first ? JSON.parse(first.textContent) : null;
+  function once(fetcher) {
+    return (...args) => {
+      if (initial == null) return fetcher(...args);
+      const data = initial;
+      initial = null;
+      return Promise.resolve(data);
+    };
+  }
   const enc = encodeURIComponent;
 
   async function getJSON(url) {
@@ -39,17 +50,33 @@ const TermFL = (() => {
         rounds: async () => report.rounds,
         weights: async () => report.weights,
         devices: async (_id, round, split) => reportDevices(round, split),
+        device: async (_id, partitionId) => report.device_histories[String(partitionId)],
         compare: async () => report.compare,
       }
     : {
-        runs: () => getJSON("/api/runs"),
+        runs: (query) => getJSON("/api/runs?" + new URLSearchParams(query)),
         run: (id) => getJSON(`/api/runs/${enc(id)}`),
         rounds: (id) => getJSON(`/api/runs/${enc(id)}/rounds`),
         weights: (id) => getJSON(`/api/runs/${enc(id)}/weights`),
         devices: (id, round, split) =>
           getJSON(`/api/runs/${enc(id)}/devices?` + new URLSearchParams(round == null ? { split } : { round, split })),
-        compare: (query) => getJSON("/api/compare?" + new URLSearchParams(query)),
+        device: (id, partitionId) => getJSON(`/api/runs/${enc(id)}/devices/${enc(partitionId)}`),
+        compare: once((query) => getJSON("/api/compare?" + new URLSearchParams(query))),
       };
+
+  // Download links (a[data-csv]): the server's CSV address as rendered, or in a static
+  // report the CSV text inlined in the report's data (report.csv[name]) as a file.
+  function csvLinks(root = document) {
+    for (const link of root.querySelectorAll("a[data-csv]")) {
+      if (!report) continue;
+      const text = (report.csv || {})[link.dataset.csv];
+      if (text == null) {
+        link.classList.add("hidden");
+        continue;
+      }
+      link.href = URL.createObjectURL(new Blob([text], { type: "text/csv" }));
+    }
+  }
 
   function fmt(value, digits = 3) {
     return value == null ? "—" : Number(value).toFixed(digits);
@@ -63,8 +90,9 @@ const TermFL = (() => {
   }
 
   // <tag class=...>text</tag>; children are appended, strings as text nodes.
-  function element(tag, { className, text, title } = {}, children = []) {
+  function element(tag, { id, className, text, title } = {}, children = []) {
     const node = document.createElement(tag);
+    if (id) node.id = id;
     if (className) node.className = className;
     if (text != null) node.textContent = text;
     if (title != null) node.title = title;
@@ -76,7 +104,8 @@ const TermFL = (() => {
     return element("span", { className: `badge ${status}`, text: status });
   }
 
-  // Refresh the [data-field] cells of one run inside `root` (a table row or the run header).
+  // Refresh the [data-field] cells of one run inside `root` (a table row or the run header):
+  // status, rounds, finished, and any statistic of the last round's test split by its key.
   function updateRunFields(root, run) {
     const test = (run.final && run.final.test) || {};
     const values = {
@@ -160,5 +189,54 @@ const TermFL = (() => {
   ];
   const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"];
 
-  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, SPLITS, COLORS, STATISTICS };
+  // Colours, markers and dashes of comparison cells: one hue, marker and dash per strategy (in the
+  // order of `strategies`), lighter to darker along the strategy's cells (their parameter order).
+  const HUES = ["#3b3b3b", "#d95f02", "#1f63b4", "#1b9e77", "#7570b3", "#a6761d", "#e7298a", "#66a61e"];
+  const SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "star", "hexagon", "triangle-down"];
+  const DASHES = ["solid", "dash", "solid", "dot", "dashdot", "longdash", "solid", "dash"];
+
+  function mix(hex, white) {
+    const rgb = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    return "#" + rgb.map((c) => Math.round(c + (255 - c) * white).toString(16).padStart(2, "0")).join("");
+  }
+
+  function cellStyles(cells, strategies) {
+    const order = strategies.map((s) => s.name);
+    const styles = {};
+    for (const cell of cells) {
+      let i = order.indexOf(cell.strategy);
+      if (i < 0) i = order.length + [...new Set(cells.map((c) => c.strategy))].indexOf(cell.strategy);
+      const family = cells.filter((c) => c.strategy === cell.strategy);
+      const j = family.indexOf(cell);
+      const base = HUES[i % HUES.length];
+      const white = family.length > 1 ? 0.6 * (1 - j / (family.length - 1)) : 0;
+      styles[cell.key] = { base, color: mix(base, white), symbol: SYMBOLS[i % SYMBOLS.length], dash: DASHES[i % DASHES.length] };
+    }
+    return styles;
+  }
+
+  function rgba(hex, alpha) {
+    const [r, g, b] = [1, 3, 5].map((i) => parseInt(hex.slice(i, i + 2), 16));
+    return `rgba(${r},${g},${b},${alpha})`;
+  }
+
+  // A mean curve with a shaded band of ± one standard error (none where there is one seed).
+  function band(series, style, name, group) {
+    const lower = series.mean.map((m, i) => (m == null ? null : m - (series.se[i] ?? 0)));
+    const upper = series.mean.map((m, i) => (m == null ? null : m + (series.se[i] ?? 0)));
+    const common = { type: "scatter", mode: "lines", x: series.round, legendgroup: group, showlegend: false, hoverinfo: "skip" };
+    return [
+      { ...common, y: lower, line: { width: 0, color: style.color } },
+      { ...common, y: upper, line: { width: 0, color: style.color }, fill: "tonexty", fillcolor: rgba(style.color, 0.18) },
+      {
+        type: "scatter", mode: "lines", name, x: series.round, y: series.mean, legendgroup: group,
+        line: { color: style.color, dash: style.dash, width: 2 },
+        customdata: series.se.map((se, i) => [se, series.n ? series.n[i] : null]),
+        hovertemplate: `${name}: %{y:.3f} ± %{customdata[0]:.3f} (%{customdata[1]} seeds)<extra></extra>`,
+      },
+    ];
+  }
+
+  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, csvLinks,
+           cellStyles, band, SPLITS, COLORS, STATISTICS };
 })();

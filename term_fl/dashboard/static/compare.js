@@ -1,39 +1,235 @@
 "use strict";
-// Comparison: mean ± standard error per cell and the overlaid distributions
-// of final device accuracies (FedAvg vs q-FFL vs TERM); live while runs run.
+// Comparison of cells (same settings, several seeds): the table of final statistics with
+// paired differences against the reference, the fairness trade-off, each statistic
+// against the tuned parameter, per-round curves with standard-error bands and the
+// ECDF of the final device accuracies. Live while runs run; stops when none does.
 (() => {
-  const { page, api, meanSe, element, updateRunFields, plot, poll, COLORS } = TermFL;
+  const { page, api, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
   // Run ids travel as repeated run= parameters: an id may hold a comma.
   const runIds = JSON.parse(page.dataset.runIds || "[]");
   const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
   const splitSelect = document.getElementById("compare-split");
-  const tableStats = Array.from(document.querySelectorAll("#cells th[data-stat]")).map((th) => th.dataset.stat);
+  const riskSelect = document.getElementById("risk-stat");
   let data = null;
+  let styles = null;
+
+  const statOf = (key) => data.statistics.find((s) => s.key === key) || { key, label: key, direction: 0 };
+  const better = (stat) => (stat.direction > 0 ? "higher is better" : stat.direction < 0 ? "lower is better" : "");
+  const axisTitle = (stat, split) => `${stat.label} (${split}${better(stat) ? ", " + better(stat) : ""})`;
+
+  function drawTable(split) {
+    const columns = data.table_columns.map(statOf);
+    const ref = data.reference_label;
+    const diffs = data.difference_columns.map(statOf);
+    const head = element("tr", {}, [
+      element("th", { text: "cell" }),
+      element("th", { text: "seeds", title: "distinct seeds counted (a repeated seed counts once)" }),
+      element("th", { text: "rounds" }),
+      ...columns.map((s) => element("th", { text: s.label, title: [s.description, better(s)].filter(Boolean).join("; ") })),
+      ...(ref ? diffs.map((s) => element("th", {
+        text: `Δ ${s.label}`, title: `${s.label} minus ${ref}'s, paired over the seeds both ran: mean ± SE`,
+      })) : []),
+      ...(ref ? [element("th", {
+        text: "ahead from round",
+        title: `the round from which the cell's mean ${statOf(data.lift_stat).label} stays above ${ref}'s`,
+      })] : []),
+    ]);
+    document.querySelector("#cells thead").replaceChildren(head);
+    document.querySelector("#cells tbody").replaceChildren(...data.cells.map((cell) => {
+      const seeds = String(cell.n) + (Object.keys(cell.repeats).length ? " (+repeats)" : "");
+      const repeatNote = Object.entries(cell.repeats)
+        .map(([seed, ids]) => `seed ${seed} also ran as ${ids.join(", ")} (a repeat: counted once)`).join("\n");
+      const label = element("td", { className: "name" }, [
+        element("span", { className: "swatch", title: cell.strategy }),
+        cell.label,
+        ...(cell.chosen ? [element("span", { className: "chosen", text: " ★", title: cell.chosen })] : []),
+      ]);
+      label.firstChild.style.background = styles[cell.key].color;
+      const diff = (cell.vs_reference && cell.vs_reference[split]) || {};
+      return element("tr", { }, [
+        label,
+        element("td", { className: "num", text: seeds, title: [`seeds ${cell.seeds.join(", ")}`, repeatNote].filter(Boolean).join("\n") }),
+        element("td", { className: "num", text: cell.rounds }),
+        ...columns.map((s) => element("td", { className: "num", text: meanSe(cell.stats[split][s.key]) })),
+        ...(ref ? diffs.map((s) => element("td", {
+          className: "num", text: cell.key === data.reference ? "reference" : signed(diff[s.key]),
+          title: diff[s.key] && diff[s.key].seeds ? `seeds ${diff[s.key].seeds.join(", ")}` : null,
+        })) : []),
+        ...(ref ? [element("td", { className: "num", text: cell.key === data.reference ? "—" : String((cell.ahead_from || {})[split] ?? "never") })] : []),
+      ]);
+    }));
+  }
+
+  function signed(stat) {
+    if (!stat || stat.mean == null) return "—";
+    const text = meanSe(stat);
+    return stat.mean > 0 ? `+${text}` : text;
+  }
+
+  // Device mean against worst 10% (and against std): one point per cell, error bars in both directions.
+  function drawTradeoff(split) {
+    const x = statOf(data.tradeoff.x);
+    data.tradeoff.y.forEach((key, i) => {
+      const y = statOf(key);
+      const div = document.getElementById(`chart-tradeoff-${i}`);
+      div.dataset.title = `${x.label} vs ${y.label} (${split})`;
+      const traces = [];
+      for (const strategy of data.strategies) {
+        const cells = data.cells.filter((c) => c.strategy === strategy.name && c.stats[split][x.key].mean != null);
+        if (!cells.length) continue;
+        traces.push({
+          type: "scatter", mode: "markers+text", name: strategy.label,
+          x: cells.map((c) => c.stats[split][x.key].mean), y: cells.map((c) => c.stats[split][y.key].mean),
+          error_x: { type: "data", array: cells.map((c) => c.stats[split][x.key].se ?? 0), thickness: 1 },
+          error_y: { type: "data", array: cells.map((c) => c.stats[split][y.key].se ?? 0), thickness: 1 },
+          text: cells.map((c) => c.short_label), textposition: "top right", textfont: { size: 11 },
+          marker: { size: 10, color: cells.map((c) => styles[c.key].color), symbol: styles[cells[0].key].symbol,
+                    line: { width: 1, color: "#fff" } },
+          customdata: cells.map((c) => [c.label, c.n]),
+          hovertemplate: `%{customdata[0]} (%{customdata[1]} seeds)<br>${x.label} %{x:.3f}<br>${y.label} %{y:.3f}<extra></extra>`,
+        });
+      }
+      const chosen = data.cells.filter((c) => c.chosen && c.stats[split][x.key].mean != null);
+      if (chosen.length) {
+        traces.push({
+          type: "scatter", mode: "markers", name: "chosen on validation",
+          x: chosen.map((c) => c.stats[split][x.key].mean), y: chosen.map((c) => c.stats[split][y.key].mean),
+          marker: { size: 22, symbol: "circle-open", color: "#111", line: { width: 2 } },
+          hovertext: chosen.map((c) => `${c.label}: ${c.chosen}`), hoverinfo: "text",
+        });
+      }
+      plot(div.id, traces, {
+        height: 460,
+        xaxis: { title: { text: axisTitle(x, split) }, zeroline: false },
+        yaxis: { title: { text: axisTitle(y, split) }, zeroline: false },
+      }, { empty: "no finished cell yet" });
+    });
+  }
+
+  // For each strategy with a tuned parameter swept over several values: each statistic against it,
+  // the reference (FedAvg) as a horizontal line with its standard-error band.
+  function drawSweeps(split) {
+    const box = document.getElementById("sweeps");
+    const wanted = data.sweeps.map((s) => `sweep-${s.id}`);
+    if (Array.from(box.children).map((c) => c.id).join() !== wanted.join()) {
+      box.replaceChildren(...data.sweeps.map((sweep) => element("section", { id: `sweep-${sweep.id}` }, [
+        element("h3", { text: `${sweep.label}: each statistic against ${sweep.param}` }),
+        element("div", { className: "charts three" }, data.tradeoff.sweep_stats.map((key) =>
+          element("div", { className: "chart", id: `chart-sweep-${sweep.id}-${key}` }))),
+      ])));
+    }
+    for (const sweep of data.sweeps) {
+      const cells = sweep.cells.map((key) => data.cells.find((c) => c.key === key));
+      const ref = data.cells.find((c) => c.key === sweep.reference);
+      const xs = cells.map((c) => c.params[sweep.param]);
+      const positive = xs.every((v) => v > 0);
+      const logX = positive && Math.max(...xs) / Math.min(...xs) >= 20;
+      for (const key of data.tradeoff.sweep_stats) {
+        const stat = statOf(key);
+        const div = document.getElementById(`chart-sweep-${sweep.id}-${key}`);
+        div.dataset.title = `${stat.label} (${split}) against ${sweep.param}`;
+        const color = styles[cells[0].key].base;
+        const traces = [{
+          type: "scatter", mode: "lines+markers", name: sweep.label, x: xs,
+          y: cells.map((c) => c.stats[split][key].mean),
+          error_y: { type: "data", array: cells.map((c) => c.stats[split][key].se ?? 0), thickness: 1 },
+          line: { color }, marker: { color, symbol: styles[cells[0].key].symbol, size: 8 },
+          hovertemplate: `${sweep.param} = %{x}<br>${stat.label} %{y:.3f}<extra></extra>`,
+        }];
+        const chosen = cells.filter((c) => c.chosen);
+        if (chosen.length) {
+          traces.push({
+            type: "scatter", mode: "markers", name: "chosen on validation", x: chosen.map((c) => c.params[sweep.param]),
+            y: chosen.map((c) => c.stats[split][key].mean), hoverinfo: "skip",
+            marker: { size: 20, symbol: "circle-open", color: "#111", line: { width: 2 } },
+          });
+        }
+        const refStat = ref && ref.stats[split][key];
+        if (refStat && refStat.mean != null) {
+          const se = refStat.se ?? 0;
+          const span = [Math.min(...xs), Math.max(...xs)];
+          const common = { type: "scatter", mode: "lines", x: span, legendgroup: "reference", hoverinfo: "skip", showlegend: false };
+          traces.unshift(
+            { ...common, y: span.map(() => refStat.mean - se), line: { width: 0 } },
+            { ...common, y: span.map(() => refStat.mean + se), line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(80,80,80,0.15)" },
+            { ...common, y: span.map(() => refStat.mean), name: `${ref.label} (± SE)`, showlegend: true,
+              line: { color: "#444", dash: "dash", width: 1.5 }, hoverinfo: "name+y" },
+          );
+        }
+        plot(div.id, traces, {
+          height: 340, showlegend: true,
+          xaxis: { title: { text: sweep.param }, type: logX ? "log" : "linear" },
+          yaxis: { title: { text: axisTitle(stat, split) } },
+        });
+      }
+    }
+  }
+
+  function drawCurves(split) {
+    const box = document.getElementById("curves");
+    if (box.children.length !== data.curves.length) {
+      box.replaceChildren(...data.curves.map((c) => element("div", { className: "chart", id: `chart-curve-${c.key}` })));
+    }
+    for (const panel of data.curves) {
+      const key = panel.choices ? riskSelect.value || panel.choices[0] : panel.key;
+      const stat = statOf(key);
+      const div = document.getElementById(`chart-curve-${panel.key}`);
+      div.dataset.title = `${stat.label} per round (${split})` + (panel.note ? ` — ${panel.note}` : "");
+      const traces = [];
+      for (const cell of data.cells) {
+        const series = ((cell.curves[split] || {})[key]) || { round: [], mean: [], se: [] };
+        traces.push(...band(series, styles[cell.key], cell.label, cell.key));
+      }
+      plot(div.id, traces, {
+        height: 400, hovermode: "x unified",
+        xaxis: { title: { text: "round" } }, yaxis: { title: { text: axisTitle(stat, split) } },
+      });
+    }
+  }
+
+  function drawEcdf(split) {
+    const traces = data.cells.map((cell) => {
+      const e = (cell.ecdf[split]) || { x: [], y: [] };
+      const s = styles[cell.key];
+      return {
+        type: "scatter", mode: "lines", name: `${cell.label} (${e.x.length} devices)`,
+        x: e.x.length ? [e.x[0], ...e.x] : [], y: e.x.length ? [0, ...e.y] : [],
+        line: { shape: "hv", color: s.color, dash: s.dash, width: 2 },
+        hovertemplate: `${cell.label}<br>%{y:.0%} of devices at or below %{x:.3f}<extra></extra>`,
+      };
+    });
+    plot("chart-ecdf", traces, {
+      height: 440,
+      xaxis: { title: { text: `final ${split} accuracy of a device` } },
+      yaxis: { title: { text: "fraction of devices at or below" }, range: [0, 1.02] },
+    }, { suffix: ` — ${split}` });
+  }
 
   function draw() {
     const split = splitSelect.value;
-    document.querySelector("#cells tbody").replaceChildren(...data.cells.map((cell) => element("tr", {}, [
-      element("td", { text: cell.label, title: `config hash ${cell.config_hash}` }),
-      element("td", { text: `${cell.n} (${cell.seeds.join(", ")})` }),
-      ...tableStats.map((stat) => element("td", { className: "num", text: meanSe(cell.stats[split][stat]) })),
-    ])));
-    plot("chart-compare-histogram", data.cells.map((cell, i) => ({
-      type: "histogram", name: cell.label, x: cell.accuracies[split], histnorm: "probability", opacity: 0.55,
-      xbins: { start: 0, end: 1.05, size: 0.05 },
-      marker: { color: COLORS[i % COLORS.length], line: { color: COLORS[i % COLORS.length], width: 1.5 } },
-      hovertemplate: "accuracy %{x}<br>%{y:.2f} of devices",
-    })), {
-      barmode: "overlay", height: 420,
-      xaxis: { title: { text: `final ${split} accuracy of a device` }, range: [0, 1.05] },
-      yaxis: { title: { text: "fraction of devices" } },
-    });
+    styles = cellStyles(data.cells, data.strategies);
+    if (!riskSelect.options.length) {
+      const risk = data.curves.find((c) => c.choices);
+      if (risk) riskSelect.replaceChildren(...risk.choices.map((key) => {
+        const option = element("option", { text: statOf(key).label });
+        option.value = key;
+        return option;
+      }));
+    }
+    drawTable(split);
+    drawTradeoff(split);
+    drawSweeps(split);
+    drawCurves(split);
+    drawEcdf(split);
     for (const run of data.runs) {
       const row = document.querySelector(`#compare-runs tr[data-run-id="${CSS.escape(run.run_id)}"]`);
       if (row) updateRunFields(row, run);
     }
   }
 
+  csvLinks();
   splitSelect.addEventListener("change", draw);
+  riskSelect.addEventListener("change", () => drawCurves(splitSelect.value));
   poll(async () => {
     data = await api.compare(query);
     draw();

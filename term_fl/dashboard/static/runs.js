@@ -1,33 +1,21 @@
 "use strict";
-// Runs list: client-side filter and sort of the server-rendered table, run
-// selection for a comparison, and live progress while runs are running.
+// Runs list: one page of runs, filtered by the server (the form's fields); sorting of the
+// page, selection for a comparison, and live progress while a shown run is running.
 (() => {
-  const { api, element, updateRunFields, notice, poll } = TermFL;
+  const { page, api, element, updateRunFields, notice, poll } = TermFL;
   const table = document.getElementById("runs-table");
   if (!table) return; // empty store
   const tbody = table.tBodies[0];
   const rows = () => Array.from(tbody.rows);
-  const text = document.getElementById("filter-text");
-  const selects = Array.from(document.querySelectorAll("select[data-filter]"));
-  const count = document.getElementById("row-count");
+  const form = document.getElementById("filters");
   const compareSelected = document.getElementById("compare-selected");
-  const compareScenario = document.getElementById("compare-scenario");
 
-  function applyFilters() {
-    const needle = text.value.trim().toLowerCase();
-    let shown = 0;
-    for (const row of rows()) {
-      const matches =
-        (!needle || (row.textContent + " " + row.dataset.runId).toLowerCase().includes(needle)) &&
-        selects.every((s) => !s.value || row.dataset[s.dataset.filter] === s.value);
-      row.classList.toggle("hidden", !matches);
-      shown += matches;
-    }
-    count.textContent = `${shown} of ${rows().length} runs`;
-    const scenario = document.getElementById("filter-scenario").value;
-    compareScenario.classList.toggle("hidden", !scenario);
-    compareScenario.href = "/compare?" + new URLSearchParams({ scenario });
+  for (const select of form.querySelectorAll("select[data-filter]")) {
+    select.addEventListener("change", () => form.requestSubmit());
   }
+  form.addEventListener("formdata", (event) => { // no empty filters in the address
+    for (const [key, value] of Array.from(event.formData.entries())) if (!value) event.formData.delete(key);
+  });
 
   function sortBy(th) {
     const column = th.cellIndex;
@@ -49,8 +37,6 @@
     return Array.from(tbody.querySelectorAll("input.select-run:checked")).map((box) => box.value);
   }
 
-  text.addEventListener("input", applyFilters);
-  for (const s of selects) s.addEventListener("change", applyFilters);
   for (const th of table.tHead.rows[0].cells) {
     if (!th.classList.contains("nosort")) th.addEventListener("click", () => sortBy(th));
   }
@@ -58,21 +44,22 @@
     compareSelected.disabled = selectedIds().length === 0;
   });
   document.getElementById("select-all").addEventListener("change", (event) => {
-    for (const row of rows()) {
-      if (!row.classList.contains("hidden")) row.querySelector("input.select-run").checked = event.target.checked;
-    }
+    for (const row of rows()) row.querySelector("input.select-run").checked = event.target.checked;
     compareSelected.disabled = selectedIds().length === 0;
   });
   compareSelected.addEventListener("click", () => {
     window.location.href = "/compare?" + new URLSearchParams(selectedIds().map((id) => ["run", id]));
   });
-  applyFilters();
 
+  // Refresh this page of runs (same filters, same offset) while one of them is running.
   const anyRunning = () => rows().some((row) => row.dataset.status === "running");
   if (anyRunning()) {
+    const query = new URLSearchParams(page.dataset.query);
+    query.set("offset", page.dataset.offset);
+    query.set("limit", page.dataset.limit);
     poll(async () => {
       const known = new Set(rows().map((row) => row.dataset.runId));
-      const runs = await api.runs();
+      const runs = await api.runs(query);
       let added = 0;
       for (const run of runs) {
         const row = tbody.querySelector(`tr[data-run-id="${CSS.escape(run.run_id)}"]`);
@@ -81,10 +68,9 @@
       }
       if (added) {
         const reload = element("a", { text: "Reload" });
-        reload.href = window.location.pathname;
+        reload.href = window.location.pathname + window.location.search;
         notice(`${added} new run${added > 1 ? "s" : ""} recorded since this page loaded. `).append(reload);
       }
-      applyFilters();
       return anyRunning();
     });
   }

@@ -1,0 +1,334 @@
+"""The comparison view: runs grouped into cells, read from the store, as plain JSON values.
+
+One function, :func:`compare`, answers the dashboard's comparison page, its
+JSON API and the static report of a scenario. What it reads does not grow
+with the store's history: the runs asked for, the last round of statistics
+of each (one indexed lookup), the per-round curves of only the statistics
+drawn, and the device rows of only the last evaluated round.
+
+The rules for cells (one run per seed, labels by what differs, nothing
+pooled silently) are :mod:`term_fl.comparison_cells`'.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from term_fl import comparison_cells as cc
+from term_fl.comparison import select_by_validation
+from term_fl.dashboard.queries import (
+    CURVE_PANELS,
+    DIFFERENCE_STATS,
+    PARAM_KEYS,
+    REFERENCE_STRATEGY,
+    SPLIT_LABELS,
+    STRATEGIES,
+    TRADEOFF,
+    TUNED,
+    COMPARE_STATS,
+    BadQuery,
+    NotFound,
+    run_row,
+    runs_csv,
+    statistics,
+    to_csv,
+)
+from term_fl.jsonable import plain
+from term_fl.keys import EVAL_SPLITS
+from term_fl.results import ResultsStore, RunInfo
+from term_fl.strategies.registry import cell_label, strategy_order
+
+SELECTION_SPLIT = {"val": "validation", "test": "test"}  # comparison.select_by_validation's names
+
+
+def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario: str | None = None) -> dict[str, Any]:
+    """Cells of the given runs (any status) or of a scenario's finished runs, with everything the page draws."""
+    if run_ids:
+        infos = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]
+        title = f"{len(infos)} runs"
+    elif scenario:
+        infos = store.list_runs(scenario=scenario, status="finished")
+        if not infos:
+            raise NotFound(f"no finished runs of scenario {scenario!r} in {store.path}")
+        title = f"scenario {scenario}"
+    else:
+        raise BadQuery("give the runs to compare (runs=id1,id2,...) or a scenario (scenario=NAME)")
+    final = store.final_stats(info.run_id for info in infos)
+    rows = {info.run_id: run_row(info, final.get(info.run_id, {})) for info in infos}
+    cells = _cells(infos, rows)
+    curve_keys = sorted({k for panel in CURVE_PANELS for k in panel.get("choices", [panel["key"]])})
+    for cell in cells:
+        members = [rows[r] for r in cell["run_ids"]]
+        _summarise(cell, members)
+        _curves(store, cell, curve_keys)
+        _final_devices(store, cell, members)
+    reference = _add_references(cells)
+    _mark_chosen(cells, infos)
+    labels, varying = cc.cell_labels([c["label"] for c in cells], [c["settings"] for c in cells],
+                                     strategies=[c["strategy"] for c in cells])  # fmt: skip
+    for cell, label in zip(cells, labels, strict=True):
+        cell["label"] = label
+    for run_id, row in rows.items():
+        cell = next(c for c in cells if run_id in c["all_run_ids"])
+        row["cell"], row["counted"] = cell["label"], run_id in cell["run_ids"]
+    reference_cell = next((c for c in cells if c["key"] == reference), None)
+    answer = plain(
+        {
+            "title": title,
+            "scenario": scenario,
+            "statistics": statistics(),
+            "strategies": STRATEGIES,
+            "splits": [{"key": s, "label": label} for s, label in SPLIT_LABELS.items()],
+            "table_columns": list(COMPARE_STATS),
+            "difference_columns": list(DIFFERENCE_STATS),
+            "curves": CURVE_PANELS,
+            "tradeoff": TRADEOFF,
+            "lift_stat": TRADEOFF["y"][0],
+            "reference": reference,
+            "reference_label": reference_cell["label"] if reference_cell else None,
+            "varying": varying,
+            "notices": _notices(cells, varying, list(rows.values())),
+            "sweeps": _sweeps(cells),
+            "cells": [{k: v for k, v in c.items() if k not in ("settings", "curves")} for c in cells],
+            "runs": list(rows.values()),
+        }
+    )
+    for cell, out in zip(cells, answer["cells"], strict=True):
+        out["curves"] = cell["curves"]  # plain lists already (comparison_cells.curve): spared plain's walk
+    return answer
+
+
+def _cells(infos: Sequence[RunInfo], rows: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Runs grouped by config_hash; per cell the runs it counts (one per seed) and its settings."""
+    groups: dict[str, list[RunInfo]] = {}
+    for info in infos:
+        groups.setdefault(info.config_hash, []).append(info)
+    cells = []
+    for key, members in groups.items():
+        counted, repeats = cc.counted_runs([rows[m.run_id] for m in members])
+        first = next(m for m in members if m.run_id == counted[-1]["run_id"])
+        params = rows[first.run_id]["params"]
+        cells.append({
+            "key": key,
+            "label": cell_label({"name": first.strategy, **params}),
+            "short_label": " ".join(cell_label({"name": first.strategy, **params}).split()[1:]) or first.strategy,
+            "strategy": first.strategy,
+            "params": params,
+            "settings": cc.flat_settings(first.config, first.strategy_params),
+            "scenarios": sorted({m.scenario for m in members}),
+            "seeds": [r["seed"] for r in counted],
+            "n": len(counted),
+            "repeats": {str(seed): ids for seed, ids in repeats.items()},
+            "run_ids": [r["run_id"] for r in counted],
+            "all_run_ids": [m.run_id for m in members],
+            "rounds": first.rounds_planned,
+            "running": sum(r["status"] == "running" for r in counted),
+        })  # fmt: skip
+    cells.sort(key=lambda c: (strategy_order(c["strategy"]), c["strategy"],
+                              *(_sort_value(c["params"].get(k)) for k in PARAM_KEYS), c["key"]))  # fmt: skip
+    return cells
+
+
+def _sort_value(value: Any) -> tuple[bool, float]:
+    return (value is None, value or 0.0)
+
+
+def _summarise(cell: dict[str, Any], members: list[dict[str, Any]]) -> None:
+    """Mean ± standard error over the cell's seeds of the final statistics, and each seed's values."""
+    cell["stats"], cell["by_seed"] = {}, {}
+    stat_keys = sorted({s["key"] for s in statistics()})
+    for split in EVAL_SPLITS:
+        finals = [m["final"].get(split) or {} for m in members]
+        cell["stats"][split] = {k: cc.mean_se(f.get(k) for f in finals) for k in stat_keys}
+        cell["stats"][split]["round"] = cc.mean_se(f.get("round") for f in finals)
+        cell["by_seed"][split] = {k: {m["seed"]: f.get(k) for m, f in zip(members, finals, strict=True)}
+                                  for k in stat_keys}  # fmt: skip
+
+
+def _curves(store: ResultsStore, cell: dict[str, Any], keys: list[str]) -> None:
+    """Per split and statistic, the per-round mean ± standard error over the cell's seeds (summed by SQLite)."""
+    sums = store.round_stats_sums(cell["run_ids"], keys)
+    cell["curves"] = {
+        split: {k: cc.curve(columns["round"], columns[k]["n"], columns[k]["sum"], columns[k]["sumsq"]) for k in keys}
+        for split, columns in sums.items()
+    }
+
+
+def _final_devices(store: ResultsStore, cell: dict[str, Any], members: list[dict[str, Any]]) -> None:
+    """The ECDF of the final device accuracies of the cell's seeds, per split."""
+    cell["ecdf"] = {}
+    for split in EVAL_SPLITS:
+        values: list[float] = []
+        for m in members:
+            last = (m["final"].get(split) or {}).get("round")
+            if last is not None:
+                values += store.load_round_devices(m["run_id"], last, split)["accuracy"].tolist()
+        cell["ecdf"][split] = cc.ecdf(values)
+
+
+def _outside(cell: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The cell's settings outside the strategy section (cells of one experiment share them)."""
+    return cc.settings_key(cell["settings"], skip=lambda key: key.startswith("strategy."))
+
+
+def _add_references(cells: list[dict[str, Any]]) -> str | None:
+    """Per cell, paired differences against the reference (FedAvg) cell of the same other settings."""
+    references = {_outside(c): c for c in cells if c["strategy"] == REFERENCE_STRATEGY}
+    lift = TRADEOFF["y"][0]
+    direction = next(s["direction"] for s in statistics() if s["key"] == lift)
+    for cell in cells:
+        ref = references.get(_outside(cell))
+        cell["reference"] = ref["key"] if ref else None
+        if ref is None or ref is cell:
+            cell["vs_reference"], cell["ahead_from"] = None, None
+            continue
+        cell["vs_reference"] = {
+            split: {k: cc.paired_difference(cell["by_seed"][split][k], ref["by_seed"][split][k]) for k in DIFFERENCE_STATS}
+            for split in EVAL_SPLITS
+        }
+        cell["ahead_from"] = {
+            split: cc.ahead_from(cell["curves"][split][lift], ref["curves"][split][lift], higher_is_better=direction > 0)
+            for split in EVAL_SPLITS
+        }
+    for cell in cells:
+        del cell["by_seed"]
+    keys = {c["reference"] for c in cells if c["reference"]}
+    return keys.pop() if len(keys) == 1 else None
+
+
+def _mark_chosen(cells: list[dict[str, Any]], infos: Sequence[RunInfo]) -> None:
+    """Mark, per strategy and experiment, the cell chosen on the validation split (the sweep's rule)."""
+    selection = next((i.config.get("selection") for i in infos if i.config.get("selection")), None) or {}
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for cell in cells:
+        cell["chosen"] = None
+        groups.setdefault(_outside(cell), []).append(cell)
+    for group in groups.values():
+        rows = [_selection_row(c) for c in group]
+        if any(r is None for r in rows):
+            continue
+        chosen = select_by_validation(
+            rows,
+            objective=selection.get("objective", "worst_10"),
+            max_mean_drop=selection.get("max_mean_drop", 0.01),
+        )
+        for strategy, choice in chosen.items():
+            if sum(c["strategy"] == strategy for c in group) > 1:  # a choice among several values
+                cell = next(c for c in group if c["key"] == choice["config_hash"])
+                cell["chosen"] = f"chosen on validation: {choice['rule']}"
+
+
+def _selection_row(cell: Mapping[str, Any]) -> dict[str, Any] | None:
+    row: dict[str, Any] = {"strategy": cell["strategy"], "cell": cell["label"], "config_hash": cell["key"]}
+    for split, name in SELECTION_SPLIT.items():
+        for key, value in cell["stats"][split].items():
+            row[f"{name}.{key}"] = value["mean"]
+            row[f"{name}.{key}.se"] = value["se"]
+    if row.get("validation.pooled_mean") is None or row.get("validation.worst_10") is None:
+        return None
+    return row
+
+
+def _sweeps(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Series of cells that differ only in a strategy's tuned parameter (e.g. TERM over t), 2 values or more."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for cell in cells:
+        param = TUNED.get(cell["strategy"])
+        if param is None or cell["params"].get(param) is None:
+            continue
+        rest = cc.settings_key(cell["settings"], skip=lambda key, tuned=f"strategy.{param}": key == tuned)
+        groups.setdefault(rest, []).append(cell)
+    sweeps = []
+    for members in groups.values():
+        param = TUNED[members[0]["strategy"]]
+        if len({c["params"][param] for c in members}) < 2:
+            continue
+        members.sort(key=lambda c: c["params"][param])
+        label = {s["name"]: s["label"] for s in STRATEGIES}.get(members[0]["strategy"], members[0]["strategy"])
+        sweeps.append({
+            "id": str(len(sweeps)), "strategy": members[0]["strategy"], "label": label, "param": param,
+            "cells": [c["key"] for c in members], "reference": members[0].get("reference"),
+        })  # fmt: skip
+    return sweeps
+
+
+def _notices(cells: list[dict[str, Any]], varying: list[str], runs: list[dict[str, Any]]) -> list[str]:
+    """What a reader must know before trusting the numbers, in words."""
+    notes = []
+    if varying:
+        values = {k: sorted({cc.format_value(c["settings"].get(k, "unset")) for c in cells}) for k in varying}
+        described = "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
+        notes.append(
+            f"The cells differ in settings besides the strategy ({described}). They are shown side by side, "
+            "never pooled; each label names its value."
+        )
+    for cell in cells:
+        for seed, ids in cell["repeats"].items():
+            notes.append(
+                f"{cell['label']}: seed {seed} ran {len(ids) + 1} times. A repeated seed is a repeat, not a new "
+                f"sample: it counts once (run {next(r for r in cell['run_ids'] if r not in ids)}); "
+                f"left out: {', '.join(ids)}."
+            )
+    single = [c["label"] for c in cells if c["n"] == 1]
+    if single:
+        notes.append(f"One seed only (no standard error): {', '.join(single)}.")
+    unfinished = [r for r in runs if r["counted"] and r["status"] != "finished"]
+    for run in unfinished:
+        notes.append(
+            f"Run {run['run_id']} ({run['cell']}, seed {run['seed']}) is {run['status']} at round "
+            f"{run['rounds_completed']} of {run['rounds_planned']}: its numbers are those of its last recorded round."
+        )
+    return notes
+
+
+# -- CSV ------------------------------------------------------------------------
+
+CSV_TABLES = ("cells", "curves", "runs")
+
+
+def compare_csv(data: Mapping[str, Any], table: str) -> str:
+    """One table of a comparison (:func:`compare`'s answer) as CSV: ``cells``, ``curves`` or ``runs``."""
+    if table == "cells":
+        return _cells_csv(data)
+    if table == "curves":
+        return _curves_csv(data)
+    if table == "runs":
+        return runs_csv(data["runs"], extra=("cell", "counted"))
+    raise BadQuery(f"table must be one of {', '.join(CSV_TABLES)}, got {table!r}")
+
+
+def _cells_csv(data: Mapping[str, Any]) -> str:
+    """Per cell: identity, seeds, and per split every statistic's mean, standard error and n, and the
+    paired differences against the reference cell."""
+    stats = [s["key"] for s in data["statistics"]]
+    diffs = data["difference_columns"]
+    header = ["cell", "strategy", *PARAM_KEYS, "n_seeds", "seeds", "repeated_seeds", "rounds", "chosen", "config_hash",
+              "run_ids"]  # fmt: skip
+    for split in SPLIT_LABELS:
+        header += [f"{split}.{k}.{m}" for k in stats for m in ("mean", "se", "n")]
+        header += [f"{split}.{k}.minus_reference.{m}" for k in diffs for m in ("mean", "se", "n")]
+        header.append(f"{split}.{data['lift_stat']}.ahead_of_reference_from_round")
+    rows = []
+    for c in data["cells"]:
+        row = [c["label"], c["strategy"], *(c["params"].get(k) for k in PARAM_KEYS), c["n"],
+               " ".join(map(str, c["seeds"])), " ".join(c["repeats"]), c["rounds"], int(bool(c["chosen"])), c["key"],
+               " ".join(c["run_ids"])]  # fmt: skip
+        for split in SPLIT_LABELS:
+            row += [c["stats"][split][k][m] for k in stats for m in ("mean", "se", "n")]
+            vs = (c.get("vs_reference") or {}).get(split) or {}
+            row += [(vs.get(k) or {}).get(m) for k in diffs for m in ("mean", "se", "n")]
+            row.append((c.get("ahead_from") or {}).get(split))
+        rows.append(row)
+    return to_csv(header, rows)
+
+
+def _curves_csv(data: Mapping[str, Any]) -> str:
+    """Per cell, split, statistic and round: mean, standard error and number of seeds (long format)."""
+    rows = []
+    for c in data["cells"]:
+        for split, curves in c["curves"].items():
+            for key, curve in curves.items():
+                for i, r in enumerate(curve["round"]):
+                    rows.append([c["label"], split, key, r, curve["mean"][i], curve["se"][i], curve["n"][i]])
+    return to_csv(["cell", "split", "statistic", "round", "mean", "se", "n_seeds"], rows)
