@@ -41,7 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.results import SPLITS, EvalRow, ResultsStore, TrainRow
+from term_fl.keys import EVAL_SPLITS as SPLITS
+from term_fl.results import EvalRow, ResultsStore, TrainRow
 
 SWEEP = "bench-sweep"
 ROUNDS_SCENARIO = "bench-rounds"

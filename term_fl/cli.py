@@ -181,9 +181,10 @@ def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from term_fl.dashboard.queries import PARAM_KEYS, RUN_COLUMNS, statistics
+    from term_fl.dashboard.queries import COMPARE_STATS, statistics
+    from term_fl.strategies.registry import cell_label
 
-    stats = [s for s in statistics() if s["key"] in RUN_COLUMNS]
+    stats = sorted((s for s in statistics() if s["key"] in COMPARE_STATS), key=lambda s: COMPARE_STATS.index(s["key"]))
     shown = f"{len(runs)} of {total} runs" if len(runs) < total else f"{total} runs"
     table = Table(title=f"{shown} in {db} (test split, last evaluated round)", title_justify="left")
     table.add_column("run id", no_wrap=True, min_width=max((len(r["run_id"]) for r in runs), default=6))
@@ -192,11 +193,9 @@ def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
     for stat in stats:
         table.add_column(stat["label"], justify="right")
     for run in runs:
-        params = " ".join(f"{k}={run['params'][k]:g}" for k in PARAM_KEYS if run["params"].get(k) not in (None, 0.0)
-                          and k in ("t", "q", "tau"))  # fmt: skip
         test = run["final"]["test"]
         table.add_row(
-            run["run_id"], run["scenario"], f"{run['strategy']} {params}".strip(), str(run["seed"]), run["status"],
+            run["run_id"], run["scenario"], cell_label({"name": run["strategy"], **run["params"]}), str(run["seed"]), run["status"],
             f"{run['rounds_completed']}/{run['rounds_planned']}",
             *("-" if test.get(s["key"]) is None else f"{test[s['key']]:.3f}" for s in stats),
         )  # fmt: skip

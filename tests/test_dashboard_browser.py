@@ -27,7 +27,7 @@ from test_dashboard import RUNS, SCENARIO, XSS, build_store
 from test_dashboard_compare import CELLS, SEEDS, record
 from test_dashboard_compare import SCENARIO as SWEEP
 
-import term_fl.results as results_module
+import term_fl.results.schema as results_module
 from term_fl.dashboard import create_app, write_report
 from term_fl.fairness import GROUPS
 from term_fl.results import ResultsStore

@@ -382,7 +382,7 @@ def test_run_report_carries_every_device_history_and_the_csv(sweep, client, tmp_
 
 
 def test_a_lost_run_says_why_on_its_page_and_in_the_comparison(tmp_path, monkeypatch):
-    import term_fl.results as results_module
+    import term_fl.results.schema as results_module
 
     path = tmp_path / "r.db"
     with ResultsStore(path) as store:

@@ -202,7 +202,7 @@ def _api_router() -> APIRouter:
         seed) and n of every final statistic, paired differences against the FedAvg cell of the same
         settings, per-round curves (mean, se, n), the ECDF of the final device accuracies, and the
         cell chosen on validation; `notices` say what differs and what was left out."""
-        # already plain JSON values (queries.clean): sent as they are, without FastAPI's encoder pass
+        # already plain JSON values (term_fl.jsonable.plain): sent as they are, without FastAPI's encoder pass
         return JSONResponse(compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"]))
 
     @api.get("/compare.csv", summary="A table of the comparison as CSV", response_class=Response)

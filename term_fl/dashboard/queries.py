@@ -26,7 +26,7 @@ import numpy as np
 from term_fl.fairness import STATISTICS, statistics_table
 from term_fl.jsonable import plain
 from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES
-from term_fl.results import DAMAGED, HEARTBEAT_S, LOST_AFTER_S, ResultsStore, RunInfo
+from term_fl.results import DAMAGED, ResultsStore, RunInfo, schema
 from term_fl.strategies.registry import PARAM_KEYS
 from term_fl.strategies.registry import STRATEGIES as REGISTRY
 
@@ -144,7 +144,7 @@ def lost_note(info: RunInfo) -> str | None:
     seen = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(last))
     return (
         f"Lost: the process writing this run has not been heard of since {seen} (a running run sends a "
-        f"heartbeat every {HEARTBEAT_S:g} s and is called lost after {LOST_AFTER_S:g} s of silence). It was "
+        f"heartbeat every {schema.HEARTBEAT_S:g} s and is called lost after {schema.LOST_AFTER_S:g} s of silence). It was "
         f"killed, crashed or its machine stopped; the {info.rounds_completed} rounds it recorded are kept."
     )
 
