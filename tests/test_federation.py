@@ -13,7 +13,8 @@ from term_fl.client_app import app as client_app
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.fairness import fairness_summary, loss_risks
+from term_fl.fairness import fairness_summary
+from term_fl.risks import loss_risks
 from term_fl.federation import FederationError, Recorder, run_federation
 from term_fl.results import ResultsStore
 from term_fl.runs import run_one

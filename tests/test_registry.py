@@ -11,7 +11,7 @@ import pytest
 from conftest import small_scenario
 from term_fl.comparison import group_cells
 from term_fl.config import ConfigError, Scenario, StrategyConfig
-from term_fl.dashboard import queries
+from term_fl.dashboard import compare_view
 from term_fl.federation import build_scenario_strategy
 from term_fl.results import ResultsStore
 from term_fl.runs import run_one
@@ -69,7 +69,7 @@ def test_afl_runs_end_to_end_and_shows_up_in_the_store_the_summary_the_compariso
         train = store.load_train(recorder.run_id)
         for r in (1, 2, 3):
             assert train["tilted_weight"][train["round"] == r].sum() == pytest.approx(1.0, abs=1e-12)
-        compared = queries.compare(store, run_ids=[recorder.run_id])
+        compared = compare_view.compare(store, run_ids=[recorder.run_id])
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["strategy"] == {"name": "afl", "lambda_lr": 0.5, "tau": 0.0}
     lam = np.array(summary["mixture_weights"])

@@ -127,7 +127,7 @@
       for (const key of data.tradeoff.sweep_stats) {
         const stat = statOf(key);
         const div = document.getElementById(`chart-sweep-${sweep.id}-${key}`);
-        div.dataset.title = `${stat.label} (${split}) against ${sweep.param}`;
+        div.dataset.title = `${stat.label} (${split})`;
         const color = styles[cells[0].key].base;
         const traces = [{
           type: "scatter", mode: "lines+markers", name: sweep.label, x: xs,
@@ -158,7 +158,7 @@
         }
         plot(div.id, traces, {
           height: 340, showlegend: true,
-          xaxis: { title: { text: sweep.param }, type: logX ? "log" : "linear" },
+          xaxis: { title: { text: sweep.param }, type: logX ? "log" : "linear", tickvals: xs, ticktext: xs.map(String) },
           yaxis: { title: { text: axisTitle(stat, split) } },
         });
       }
