@@ -16,6 +16,7 @@ import re
 import shlex
 import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import tomllib
@@ -535,3 +536,30 @@ def test_check_data_accepts_the_published_file(monkeypatch, capsys):
     monkeypatch.setenv("TERM_FL_VEHICLE_DATA", str(path))
     assert _load_check_data().main(["configs/vehicle-sensor.toml", ""]) == 0
     assert "a8c8b22a89ea64e5a563cffe94352b48c1f44a02100fd3256adfc09dc43d9ddc" in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------
+# deploy/e2e_check.py (what deploy/e2e.sh checks in the results store)
+# --------------------------------------------------------------------------
+
+
+def test_e2e_check_accepts_a_finished_run_and_names_what_is_missing(tmp_path):
+    from conftest import small_scenario
+    from term_fl.results import ResultsStore
+    from term_fl.runs import run_one
+
+    spec = importlib.util.spec_from_file_location("term_fl_e2e_check", REPO / "deploy" / "e2e_check.py")
+    check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(check)
+    scenario = small_scenario("run.engine=inprocess", "run.evaluate_fraction=0.5")
+    with ResultsStore(tmp_path / "results.db") as store:
+        run_one(scenario, store, out_dir=tmp_path / "run")
+    db, rounds, devices = str(tmp_path / "results.db"), scenario.run.rounds, scenario.data.num_devices
+    problems, summary = check.check(db, rounds, devices)
+    assert problems == [] and summary["rounds"] == rounds and len(summary["round_s"]) == rounds
+    problems, _ = check.check(db, rounds + 1, devices)
+    assert any(f"expected finished {rounds + 1}/{rounds + 1}" in p for p in problems)
+    with sqlite3.connect(db) as con:
+        con.execute("DELETE FROM device_eval WHERE round = 1")
+    problems, _ = check.check(db, rounds, devices)
+    assert any(p.startswith("round 1: val rows") for p in problems)

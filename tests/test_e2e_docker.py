@@ -7,7 +7,8 @@ apt-get to install it: without either the test is skipped, unless
 ``TERM_FL_E2E_REQUIRED=1`` (set by .ci/run), where that is a failure. The
 vehicle-sensor profile needs the vehicle data ($TERM_FL_VEHICLE_DATA or
 data/vehicle_fewshot.json); without it only the fairness profile runs.
-Deselect with ``-m "not docker"``.
+``TERM_FL_E2E_PROFILES`` (all, fairness or vehicle-sensor; default all) picks
+the profiles. Deselect with ``-m "not docker"``.
 """
 
 from __future__ import annotations
@@ -48,9 +49,11 @@ def test_both_compose_profiles_build_run_and_clean_up(tmp_path):
         if os.environ.get("TERM_FL_E2E_REQUIRED") == "1":
             pytest.fail(f"TERM_FL_E2E_REQUIRED=1 but {reason}")
         pytest.skip(reason)
-    which = "all" if _vehicle_data() else "fairness"
-    if which != "all" and os.environ.get("TERM_FL_E2E_REQUIRED") == "1":
-        pytest.fail("TERM_FL_E2E_REQUIRED=1 but the vehicle data is missing (TERM_FL_VEHICLE_DATA)")
+    which = os.environ.get("TERM_FL_E2E_PROFILES", "all")
+    if which in ("all", "vehicle-sensor") and not _vehicle_data():
+        if os.environ.get("TERM_FL_E2E_REQUIRED") == "1":
+            pytest.fail("TERM_FL_E2E_REQUIRED=1 but the vehicle data is missing (TERM_FL_VEHICLE_DATA)")
+        which = "fairness"
     log = tmp_path / "e2e.log"
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     with log.open("w") as out:
@@ -61,5 +64,5 @@ def test_both_compose_profiles_build_run_and_clean_up(tmp_path):
     print(text[text.find("e2e step"):] if "e2e step" in text else text[-4000:])
     assert proc.returncode == 0, text[-8000:]
     assert f"e2e {which}: passed" in text
-    for profile in (["fairness", "vehicle-sensor"] if which == "all" else ["fairness"]):
+    for profile in (["fairness", "vehicle-sensor"] if which == "all" else [which]):
         assert f"{profile}: TLS ok" in text and f"{profile}: store ok" in text, profile
