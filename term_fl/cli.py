@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import os
 import sqlite3
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 
 from term_fl.config import ConfigError, load_scenario, parse_overrides
 from term_fl.data.errors import DataError
+from term_fl.errors import EngineStartError
 from term_fl.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
@@ -82,13 +82,7 @@ def resolve_overrides(args: argparse.Namespace) -> dict:
     return overrides
 
 
-def _quiet_logs(verbose: bool) -> None:
-    """Flower's and term-fl's logs at WARNING (INFO with -v), and no telemetry, for the commands that run Flower."""
-    import flwr.common.logger  # noqa: F401  (configures the "flwr" logger on import)
-
-    level = logging.INFO if verbose else logging.WARNING
-    logging.getLogger("flwr").setLevel(level)
-    logging.getLogger("term_fl").setLevel(level)
+def _quiet_environment() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 
@@ -112,22 +106,24 @@ def output_dir(args: argparse.Namespace) -> Path | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from term_fl.console import RoundPrinter, fairness_table, make_console
+    from term_fl.client_app import dataset_for
+    from term_fl.console import RoundPrinter, RoundProgress, fairness_table, make_console, route_logs, run_header
     from term_fl.federation import FederationError
     from term_fl.results import ResultsStore
     from term_fl.runs import run_one
 
     scenario = load_scenario(args.config, resolve_overrides(args))
     console = make_console()
+    route_logs(console, args.verbose)
     db, out = store_path(args), output_dir(args)
-    console.print(
-        f"[bold]term-fl run[/] scenario [cyan]{scenario.name}[/]: {scenario.strategy.name} "
-        f"{scenario.strategy_params()} seed {scenario.run.seed}, {scenario.run.rounds} rounds, "
-        f"engine {scenario.run.engine}"
-    )
+    console.print(run_header(scenario, dataset_for(scenario).num_devices))
     with ResultsStore(db) as store:
         try:
-            recorder = run_one(scenario, store, out_dir=out, on_round=RoundPrinter(console))
+            if args.verbose:  # Flower's and Ray's log lines interleave with one line per round
+                recorder = run_one(scenario, store, out_dir=out, on_round=RoundPrinter(console))
+            else:
+                with RoundProgress(console, scenario.run.rounds) as progress:
+                    recorder = run_one(scenario, store, out_dir=out, on_round=progress)
         except FederationError as exc:  # the run started and failed: it is recorded as failed
             print(f"term-fl: the run failed: {exc}\n  its completed rounds are in {db} (term-fl runs --db {db})",
                   file=sys.stderr)
@@ -148,11 +144,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"scenario {scenario.name!r} has no [sweep] table; add one such as "
             '"strategy.name" = ["fedavg", "qffl", "term"] and "run.seed" = [0, 1, 2]'
         )
+    from term_fl.console import make_console, route_logs
+
+    console = make_console()
+    route_logs(console, args.verbose)
     db, out = store_path(args), output_dir(args)
     # A sweep runs on the engine the scenario file or the command line names,
     # else on the in-process engine (same numbers, no Ray start per cell).
     explicit_engine = "engine" in scenario.run.model_fields_set
-    return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess")
+    return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -240,11 +240,11 @@ EXTRAS_NEEDED = {
 
 
 # Errors that mean "the input cannot be used as given" (a scenario value, a
-# data file, a path, a store): one message naming the file, key or value, exit
+# data file, a path, a store, a Ray that cannot start here): one message naming the file, key or value, exit
 # status 2, no traceback unless --debug / -v. Anything else is a bug and keeps
 # its traceback.
 USAGE_ERRORS: tuple[type[BaseException], ...] = (ConfigError, DataError, StoreError, LookupError, OSError,
-                                                 sqlite3.Error, MissingExtraError)
+                                                 sqlite3.Error, MissingExtraError, EngineStartError)
 USAGE_EXIT = 2
 
 
@@ -261,7 +261,7 @@ def describe_error(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in ("run", "sweep"):
-        _quiet_logs(args.verbose)
+        _quiet_environment()
     try:
         if args.command in EXTRAS_NEEDED:
             extra, modules = EXTRAS_NEEDED[args.command]

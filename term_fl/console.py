@@ -1,14 +1,28 @@
-"""Console output: per-round progress and the fairness table at the end of a run."""
+"""What ``term-fl run`` prints: a header, a progress bar, the fairness table at the end.
+
+The header says in words what runs (scenario, strategy and its parameters,
+data, engine, where clients train, seed); :class:`RoundProgress` is a rich
+progress bar over the rounds with elapsed and remaining time and the current
+device mean and worst 10%; :class:`RoundPrinter` prints one line per round
+instead (``-v``, where Flower's and Ray's logs interleave with it).
+"""
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.table import Table
+from rich.console import Console, Group
+from rich.logging import RichHandler
+from rich.padding import Padding
+from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Task, TaskProgressColumn, TextColumn
+from rich.table import Column, Table
+from rich.text import Text
 
+from term_fl.config import Scenario
 from term_fl.fairness import STATISTICS
 
 if TYPE_CHECKING:  # the server loop imports Flower and torch: `term-fl runs` needs neither
@@ -19,25 +33,195 @@ def make_console() -> Console:
     return Console(stderr=False, highlight=False)
 
 
+def _from_term_fl(record: logging.LogRecord) -> bool:
+    """A record logged by term-fl's own code (its strategies log through Flower's logger, as Flower's do)."""
+    return record.pathname.startswith(_PACKAGE_DIR)
+
+
+_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+
+
+def route_logs(console: Console, verbose: bool) -> None:
+    """Decide what the command line's logs show, and print them through ``console``.
+
+    By default only warnings and errors of term-fl's own code are shown (a
+    node excluded from a round, a failed round), above the progress bar;
+    Flower's and Ray's own log lines are not (the engine forwards Ray's worker
+    logs only when Flower's logger shows INFO). ``verbose`` shows term-fl's and
+    Flower's INFO lines and Ray's worker logs, through Flower's own handler.
+    """
+    from flwr.common.logger import console_handler
+
+    flwr_logger, own = logging.getLogger("flwr"), logging.getLogger("term_fl")
+    handler = RichHandler(console=console, show_time=False, show_path=False, markup=False)
+    own.handlers[:] = [handler]
+    own.propagate = False
+    if verbose:
+        flwr_logger.setLevel(logging.INFO)
+        own.setLevel(logging.INFO)
+        return
+    flwr_logger.setLevel(logging.WARNING)
+    own.setLevel(logging.WARNING)
+    ours = RichHandler(console=console, show_time=False, show_path=False, markup=False)
+    ours.addFilter(_from_term_fl)
+    flwr_logger.removeHandler(console_handler)
+    flwr_logger.addHandler(ours)
+
+
+ENGINES = {
+    "flower": "Flower Simulation Engine (Ray)",
+    "inprocess": "in-process engine (no Ray)",
+}
+DATA = {"synthetic": "Synthetic({alpha:g}, {beta:g})", "vehicle": "vehicle sensors (SensIT)"}
+
+
+def _value(value: Any) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def strategy_words(scenario: Scenario) -> str:
+    """'TERM: t=1, lam=1, ...': the strategy and the parameters that shape it."""
+    params = dict(scenario.strategy_params())
+    if not params.get("tau"):
+        params.pop("tau", None)  # no client-side tilt: nothing to say
+    label = {"term": "TERM", "qffl": "q-FFL", "fedavg": "FedAvg"}.get(scenario.strategy.name, scenario.strategy.name)
+    if not params:
+        return label
+    return f"{label}: " + ", ".join(f"{key}={_value(value)}" for key, value in params.items())
+
+
+def clients_words(scenario: Scenario) -> str:
+    """Where the clients train: 'clients train on the CPU' / 'on CUDA (4 clients per GPU)'."""
+    from term_fl.training import resolve_device
+
+    try:
+        device = resolve_device(scenario.client.device)
+    except (RuntimeError, ValueError) as exc:
+        return f"clients: {exc}"
+    if device.type == "cpu":
+        return "clients train on the CPU"
+    share = scenario.resources.num_gpus
+    per_gpu = f", {1 / share:g} clients per GPU" if scenario.run.engine == "flower" and share else ""
+    return f"clients train on CUDA ({device}{per_gpu})"
+
+
+def run_header(scenario: Scenario, num_devices: int) -> Group:
+    """The lines printed before a run: what runs, in words."""
+    d, r = scenario.data, scenario.run
+    data = DATA.get(d.name, d.name).format(alpha=d.alpha, beta=d.beta)
+    per_round = min(r.clients_per_round, num_devices)
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column()
+    grid.add_row("strategy", strategy_words(scenario))
+    grid.add_row("data", f"{data}, {num_devices} devices, {per_round} trained per round, {r.rounds} rounds, "
+                          f"model {scenario.model.name}")
+    grid.add_row("engine", f"{ENGINES.get(r.engine, r.engine)}; {clients_words(scenario)}")
+    title = Text.from_markup(f"[bold]term-fl run[/]  scenario [cyan]{scenario.name}[/], seed {r.seed}")
+    return Group(title, Padding(grid, (0, 0, 0, 2)))
+
+
+def _round_stats(record: RoundRecord) -> str:
+    test = record.stats.get("test") or {}
+    parts = []
+    if test:
+        parts.append(f"device mean {test.get('mean', float('nan')):.4f}")
+        parts.append(f"worst 10% {test.get('worst_10', float('nan')):.4f}")
+    if record.status != "ok":
+        parts.append(f"round {record.server_round} FAILED")
+    if record.excluded:
+        parts.append(f"{len(record.excluded)} replies excluded")
+    return "  ".join(parts)
+
+
+def _clock(seconds: float | None) -> str:
+    if seconds is None:
+        return "-:--:--"
+    seconds = int(max(0.0, seconds))
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
+
+
+class _TimeColumn(ProgressColumn):
+    """'0:00:12 < 0:00:30': elapsed, and remaining while rounds remain."""
+
+    def __init__(self) -> None:
+        super().__init__(table_column=Column(no_wrap=True))
+
+    def render(self, task: Task) -> Text:
+        text = _clock(task.elapsed)
+        if not task.finished:
+            text += f" < {_clock(task.time_remaining)}"
+        return Text(text, style="progress.elapsed")
+
+
+class RoundProgress:
+    """A progress bar over a run's rounds (a context manager and an ``on_round`` callback).
+
+    Before the first round it says the engine is starting (Ray, node
+    discovery); then round k of N, elapsed and remaining time, and the test
+    split's device mean and worst 10% in the last round. On a terminal it
+    redraws in place; elsewhere (a pipe, a log file) it prints its state as a
+    line at every tenth of the rounds, and at a failed round.
+    """
+
+    STEPS = 10
+
+    def __init__(self, console: Console, rounds: int, label: str = "") -> None:
+        self.console = console
+        self.label = f"{label} " if label else ""
+        columns: list[str | ProgressColumn] = [
+            SpinnerColumn(finished_text="[green]done[/]"),
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=None),
+            TaskProgressColumn(),
+            _TimeColumn(),
+            TextColumn("{task.fields[stats]}", table_column=Column(no_wrap=True)),
+        ]
+        self._live = console.is_terminal
+        self._progress = Progress(*columns, console=console, expand=False, disable=not self._live)
+        self._task = self._progress.add_task(f"{self.label}starting", total=rounds, stats="")
+        self._step = 0
+
+    def __enter__(self) -> RoundProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is not None:  # the error says what happened; a half-drawn bar would not
+            self._progress.update(self._task, visible=False)
+        self._progress.stop()
+
+    def __call__(self, record: RoundRecord, rounds: int) -> None:
+        self._progress.update(
+            self._task,
+            completed=record.server_round,
+            total=rounds,
+            description=f"{self.label}round {record.server_round}/{rounds}",
+            stats=_round_stats(record),
+        )
+        step = record.server_round * self.STEPS // rounds
+        if not self._live and (step > self._step or record.status != "ok"):
+            self._step = step
+            self.console.print(self._line(), soft_wrap=True)
+
+    def _line(self) -> str:
+        """The bar's state as one plain line (for output that is not a terminal)."""
+        task = self._progress.tasks[0]
+        left = "" if task.finished else f", {_clock(task.time_remaining)} left"
+        return (f"{task.description}  {task.percentage:.0f}%  {_clock(task.elapsed)} elapsed{left}  "
+                f"{task.fields['stats']}").rstrip()
+
+
 class RoundPrinter:
-    """Prints 'round k/N' with the current worst-10% and average, one line per round."""
+    """Prints 'round k/N' with the current device mean and worst 10%, one line per round."""
 
     def __init__(self, console: Console, label: str = "") -> None:
         self.console = console
         self.label = f"{label} " if label else ""
 
     def __call__(self, record: RoundRecord, rounds: int) -> None:
-        test = record.stats.get("test") or {}
-        parts = [f"{self.label}round {record.server_round}/{rounds}"]
-        if test:
-            parts.append(f"average {test.get('pooled_mean', float('nan')):.4f}")
-            parts.append(f"worst-10% {test.get('worst_10', float('nan')):.4f}")
-        if record.status != "ok":
-            parts.append("[bold red]FAILED[/]")
-        if record.excluded:
-            parts.append(f"({len(record.excluded)} replies excluded)")
-        parts.append(f"{record.duration_s:.2f}s")
-        self.console.print("  ".join(parts))
+        parts = [f"{self.label}round {record.server_round}/{rounds}", _round_stats(record), f"{record.duration_s:.2f}s"]
+        self.console.print("  ".join(p for p in parts if p))
         sys.stdout.flush()
 
 

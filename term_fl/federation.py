@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -104,8 +104,26 @@ def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
     )
 
 
-def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.2) -> dict[int, int]:
-    """Map node ids to partition ids, waiting up to ``timeout`` s for ``expected`` nodes."""
+NodePartitions = Callable[[float], Mapping[int, int] | None]
+"""How an engine that placed the partitions itself tells which node holds which: called with the
+seconds left, it returns ``{node_id: partition_id}``, or None when it cannot tell (then every node is asked)."""
+
+
+def discover_nodes(
+    grid: Grid,
+    expected: int,
+    timeout: float,
+    poll_s: float = 0.2,
+    known: NodePartitions | None = None,
+) -> dict[int, int]:
+    """Map node ids to partition ids, waiting up to ``timeout`` s for ``expected`` nodes.
+
+    Every node is asked for its partition-id (one query message each), unless
+    ``known`` gives a table that covers exactly the connected nodes and
+    partitions ``0..expected-1``: Flower's Simulation Engine builds that table
+    when it creates its virtual nodes, and asking 10,000 of them costs 10,000
+    round trips through Ray (benchmarks/README.md, 'discovery').
+    """
     deadline = time.monotonic() + timeout
     while len(node_ids := sorted(grid.get_node_ids())) < expected:
         if time.monotonic() > deadline:
@@ -114,6 +132,11 @@ def discover_nodes(grid: Grid, expected: int, timeout: float, poll_s: float = 0.
                 "(run.node_timeout); start one SuperNode per partition, or raise run.node_timeout"
             )
         time.sleep(poll_s)
+    if known is not None:
+        table = known(max(0.0, deadline - time.monotonic()))
+        if table is not None and set(table) == set(node_ids) and sorted(table.values()) == list(range(expected)):
+            return dict(table)
+        log.info("the engine's node table does not match the connected nodes: asking every node")
     mapping: dict[int, int] = {}
     for node, pid in _query_partitions(grid, node_ids, expected, max(1.0, deadline - time.monotonic())):
         if pid in mapping.values():
@@ -252,12 +275,15 @@ def run_federation(
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
     dataset: FederatedDataset | None = None,
+    node_partitions: NodePartitions | None = None,
 ) -> FederationResult:
     """Run the scenario's rounds on ``grid`` and report every round to ``recorder``.
 
     ``dataset`` is the scenario's dataset when the caller built it already
     (:func:`term_fl.data.dataset_for`); the server needs its size, its
-    metadata and its shapes, never a device's data.
+    metadata and its shapes, never a device's data. ``node_partitions``: the
+    engine's own table of which node holds which partition, when it has one
+    (:func:`discover_nodes`); else every node is asked.
     """
     recorder = recorder or Recorder()
     dataset = dataset if dataset is not None else dataset_for(scenario)
@@ -265,7 +291,7 @@ def run_federation(
     recorder.start(scenario, dataset.metadata)
     result: FederationResult | None = None
     try:
-        result = _rounds(grid, scenario, dataset, recorder, on_round)
+        result = _rounds(grid, scenario, dataset, recorder, on_round, node_partitions)
     except KeyboardInterrupt:
         recorder.finish("interrupted", result, "interrupted by the user")
         raise
@@ -282,10 +308,11 @@ def _rounds(
     dataset: FederatedDataset,
     recorder: Recorder,
     on_round: Callable[[RoundRecord, int], None] | None,
+    known_partitions: NodePartitions | None = None,
 ) -> FederationResult:
     run, num_devices = scenario.run, dataset.num_devices
     t0 = time.perf_counter()
-    node_partitions = discover_nodes(grid, num_devices, run.node_timeout)
+    node_partitions = discover_nodes(grid, num_devices, run.node_timeout, known=known_partitions)
     discovery_s = time.perf_counter() - t0
     log.info("discovered %d nodes in %.2f s", len(node_partitions), discovery_s)
 

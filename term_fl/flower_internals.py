@@ -16,14 +16,19 @@ much (each measured: benchmarks/README.md). All of it lives here:
   Simulation Engine, whose poll costs nodes x messages;
 - :func:`reusing_client_actors`: patches ``RayBackend.build`` / ``terminate``
   and reads ``BasicActorPool._future_to_actor`` so that a sweep reuses the
-  ClientApp actors of the previous simulation.
+  ClientApp actors of the previous simulation; :func:`kill_actors` ends them
+  with ``ray.kill`` (Flower's own termination logs a warning per actor);
+- :func:`simulation_node_table`: records the node -> partition table that
+  ``vce_api._register_nodes`` builds, so that the server need not ask every
+  virtual node which partition it holds.
 
 They were written against Flower :data:`SUPPORTED`. On any other version
 :func:`fast_paths` is False, a warning says so once, and every function here
 takes its plain path through Flower's public API (slower, the same numbers);
 ``tests/test_flower_internals.py`` fails on purpose until someone checks them
 against the new version. ``TERM_FL_FLOWER_INTERNALS=off`` forces the plain
-paths (``TERM_FL_DISPATCHER=flower`` turns off the dispatcher alone).
+paths (``TERM_FL_DISPATCHER=flower`` turns off the dispatcher alone,
+``TERM_FL_DISCOVERY=query`` the node table alone).
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from queue import Queue
@@ -54,6 +59,7 @@ __all__ = [
 SUPPORTED = "1.42."  # the Flower versions (prefix) these internals were checked against
 ENV = "TERM_FL_FLOWER_INTERNALS"  # "off": plain public-API paths everywhere
 DISPATCHER_ENV = "TERM_FL_DISPATCHER"  # "flower": keep Flower's dispatcher (the other fast paths stay)
+DISCOVERY_ENV = "TERM_FL_DISCOVERY"  # "query": ask every node for its partition, as on a deployment
 
 log = logging.getLogger("term_fl")
 _warned: set[str] = set()
@@ -268,10 +274,22 @@ class ActorReuse:
     enabled: bool = field(default=True)
 
     def drop(self) -> None:
-        """Terminate the kept actors (a simulation ended with actors busy or lost, or the session ends)."""
+        """End the kept actors (a simulation ended with actors busy or lost, or the session ends)."""
         pool, self.pool = self.pool, None
         if pool is not None:
-            pool.terminate_all_actors()
+            kill_actors(pool)
+
+
+def kill_actors(pool: Any) -> None:
+    """End every ClientApp actor of a Flower ``BasicActorPool`` with ``ray.kill``.
+
+    Flower's ``terminate_all_actors`` asks each idle actor to exit, and each
+    logs the warning 'Manually terminating ClientAppActor' as it does.
+    """
+    import ray
+
+    for actor in [*pool.pool, *pool._future_to_actor.values()]:  # noqa: SLF001
+        ray.kill(actor, no_restart=True)
 
 
 def _idle(pool: Any) -> bool:
@@ -287,8 +305,8 @@ def reusing_client_actors() -> Iterator[ActorReuse]:
     simulation. Inside this block ``RayBackend.build`` reuses the kept pool
     when it asks for the same resources and all its actors came back idle,
     and ``RayBackend.terminate`` keeps an idle pool running for the next
-    simulation; a pool left busy or with lost actors is terminated. The kept
-    actors are terminated when the block ends. Without the fast paths
+    simulation; a pool left busy or with lost actors is killed. The kept
+    actors are killed when the block ends. Without the fast paths
     (another Flower version) nothing is patched: every simulation starts its
     own actors, as in Flower.
     """
@@ -316,7 +334,7 @@ def reusing_client_actors() -> Iterator[ActorReuse]:
             if reuse.pool is self.pool:
                 reuse.drop()
             else:
-                self.pool.terminate_all_actors()
+                kill_actors(self.pool)
 
     raybackend.RayBackend.build = build_reusing_actors
     raybackend.RayBackend.terminate = keep_idle_actors
@@ -326,3 +344,44 @@ def reusing_client_actors() -> Iterator[ActorReuse]:
         raybackend.RayBackend.build = original_build
         raybackend.RayBackend.terminate = original_terminate
         reuse.drop()
+
+
+# -- the Simulation Engine's node -> partition table ---------------------------------
+
+
+@contextmanager
+def simulation_node_table() -> Iterator[Callable[[float], Mapping[int, int] | None] | None]:
+    """Inside the block, the Simulation Engine's own table of which virtual node holds which partition.
+
+    Flower 1.42's ``vce_api._register_nodes`` creates the virtual nodes, node
+    ``i`` holding partition ``i``, and returns ``{node_id: partition_id}``; the
+    engine builds every node's ``node_config`` (``partition-id``) from it. This
+    records the table it returns and yields a function that waits up to the
+    given seconds for it (:data:`term_fl.federation.NodePartitions`), so that
+    the server need not ask 10,000 nodes which partition each holds (10,000
+    Ray round trips; benchmarks/README.md, 'discovery'). Yields None (ask
+    every node) without the fast paths or with ``TERM_FL_DISCOVERY=query``.
+    """
+    if os.environ.get(DISCOVERY_ENV) == "query" or not fast_paths():
+        yield None
+        return
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    table: dict[int, int] = {}
+    ready = threading.Event()
+    original = vce_api._register_nodes  # noqa: SLF001
+
+    def register_nodes(num_nodes: int, state_factory: Any) -> dict[int, int]:
+        mapping = original(num_nodes, state_factory)
+        table.update(mapping)
+        ready.set()
+        return mapping
+
+    def known(timeout: float) -> Mapping[int, int] | None:
+        return dict(table) if ready.wait(timeout) else None
+
+    vce_api._register_nodes = register_nodes  # start_vce looks it up at call time
+    try:
+        yield known
+    finally:
+        vce_api._register_nodes = original

@@ -14,14 +14,22 @@ from term_fl.results import ResultsStore
 SMALL_ARGS = [arg for item in SMALL for arg in ("--set", item)]
 
 
-def test_run_prints_progress_and_a_fairness_table_and_writes_the_run_dir(tmp_path, capsys):
+def test_run_prints_a_header_progress_the_table_and_the_run_dir_and_nothing_else(tmp_path, capsys):
     out, db = tmp_path / "run", tmp_path / "r.db"
     code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(out), "--db", str(db)])
-    printed = capsys.readouterr().out
-    assert code == 0
+    captured = capsys.readouterr()
+    printed = " ".join(captured.out.split())  # rich wraps long lines at the console's width
+    assert code == 0 and captured.err == ""
+    # the header: scenario, seed, strategy and its parameters, data, engine, where clients train
+    assert "term-fl run scenario default, seed 0" in printed
+    assert "strategy TERM: t=1, lam=1, base_weighting=num_examples, loss_reduction=mean, server_lr=1" in printed
+    assert "in-process engine (no Ray); clients train on the CPU" in printed
+    assert "{'" not in printed  # no raw dict
+    # progress (not a terminal: one line per tenth of the rounds, here every round), the table, the run dir
     for k in (1, 2, 3):
-        assert f"round {k}/3" in printed
-    assert "worst-10%" in printed and "worst 10%" in printed and "Jain's index" in printed
+        assert f"round {k}/3 " in printed
+    assert "100% " in printed and "device mean" in printed and "worst 10%" in printed and "Jain's index" in printed
+    assert str(out) in printed and "finished" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["rounds_completed"] == 3
     assert json.loads((out / "config.json").read_text())["data"]["num_devices"] == 6

@@ -12,9 +12,12 @@ from typing import TYPE_CHECKING
 
 from term_fl.config import ConfigError, Scenario, check_fits_dataset
 from term_fl.data import dataset_for
+from term_fl.errors import EngineStartError
 
 if TYPE_CHECKING:
     from term_fl.federation import FederationResult, Recorder, RoundRecord
+
+__all__ = ["ENGINES", "EngineStartError", "check_machine", "run_scenario"]
 
 
 def check_machine(scenario: Scenario) -> None:

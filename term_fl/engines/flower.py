@@ -7,7 +7,21 @@ Flower 1.42's (nodes x messages per poll) while a simulation runs.
 usage stats, no dashboard), runs ``term_fl.federation.run_federation`` as the
 ServerApp and ``term_fl.client_app.app`` on ``num_nodes`` virtual
 SuperNodes, and shuts Ray down afterwards, whatever happened, so nothing is
-left running.
+left running. Ray is started here, not inside Flower, so that a Ray that
+cannot start, or cannot host one client, ends in one
+:class:`term_fl.errors.EngineStartError` naming the cause within seconds;
+an engine that stops during the run ends the server loop at once with an
+:class:`EngineError` (the run is recorded as failed).
+
+It calls ``flwr.simulation.run_simulation``, which Flower 1.42 marks as
+deprecated in favour of ``flwr run``. ``flwr run`` runs the ServerApp in a
+SuperLink process of its own; term-fl's engine needs the server loop in this
+process (the progress bar and the recorder are callbacks, a sweep reuses one
+Ray instance and its ClientApp actors, Ctrl-C stops the loop within a poll),
+so the deprecated call is kept, and the deprecation notice that Flower logs
+on every call is dropped for that call alone
+(:func:`without_run_simulation_notice`). README, "Flower versions", says
+what happens when Flower removes it.
 """
 
 from __future__ import annotations
@@ -30,8 +44,10 @@ from flwr.serverapp import Grid, ServerApp
 from term_fl.engines.client_cache import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.watchdog import orphan_guard
+from term_fl.errors import EngineStartError
 from term_fl.extras import require
-from term_fl.flower_internals import ActorReuse, linear_dispatcher, reusing_client_actors
+from term_fl.flower_internals import LOCK_SHARE, ActorReuse, linear_dispatcher, reusing_client_actors
+from term_fl.flower_internals import simulation_node_table
 from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
 
 log = logging.getLogger("term_fl")
@@ -45,6 +61,14 @@ QUIET_ENV = {
     "RAY_DEDUP_LOGS": "0",
     "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
 }
+
+
+class EngineError(FederationError):
+    """The engine stopped during a run (Flower's Simulation Engine, Ray); the run is recorded as failed.
+
+    The message names the cause and a next step. An engine that cannot start
+    at all raises :class:`term_fl.errors.EngineStartError` instead.
+    """
 
 
 def cuda_device_count() -> int:
@@ -72,7 +96,14 @@ def client_resources(scenario: Scenario) -> dict[str, float]:
 
 
 def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
+    """Flower's backend config: the clients' resources and Ray's ``init`` arguments.
+
+    Ray's own log lines and its workers' output reach this process only when
+    Flower's logger shows INFO (``term-fl -v``; Flower's default when used as
+    a library), as Flower's own lines do.
+    """
     cores = os.cpu_count() or 1
+    verbose = logging.getLogger("flwr").isEnabledFor(logging.INFO)
     return {
         "client_resources": client_resources(scenario),
         "init_args": {
@@ -80,10 +111,85 @@ def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
             "num_gpus": cuda_device_count(),
             "include_dashboard": False,
             "_temp_dir": ray_temp_dir,
-            "logging_level": logging.ERROR,
-            "log_to_driver": True,
+            "logging_level": logging.INFO if verbose else logging.ERROR,
+            "log_to_driver": verbose,
         },
     }
+
+
+def ray_temp_root() -> str:
+    """Where Ray's temp folder goes: ``$RAY_TMPDIR`` (Ray's own setting) or /tmp.
+
+    Not $TMPDIR: Ray's socket paths must stay under 107 bytes.
+    """
+    return os.environ.get("RAY_TMPDIR") or "/tmp"
+
+
+def _reason(exc: BaseException) -> str:
+    """The innermost cause of ``exc``, on one line."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def start_ray(scenario: Scenario, temp_dir: str) -> None:
+    """Start this process's Ray instance for ``scenario`` in ``temp_dir``; :class:`EngineStartError` if it cannot.
+
+    Also checks that Ray can host one virtual client: Flower's engine would
+    otherwise stop with an empty actor pool after the server loop started.
+    The caller shuts Ray down (:func:`shutdown_ray`) whatever happened.
+    """
+    import ray
+
+    resources = client_resources(scenario)
+    try:
+        # The arguments Flower's RayBackend.init_ray would use.
+        pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
+        os.environ["PYTHONPATH"] = pythonpath
+        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
+        cluster = ray.cluster_resources()
+    except Exception as exc:
+        raise EngineStartError(f"Ray could not start: {_reason(exc)}. Try --engine inprocess.") from exc
+    cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
+    if resources["num_cpus"] > cpus or resources["num_gpus"] > gpus:
+        raise EngineStartError(
+            f"Ray cannot host one virtual client: each asks for {resources['num_cpus']:g} CPUs and "
+            f"{resources['num_gpus']:g} GPUs (resources.num_cpus, resources.num_gpus), and Ray has "
+            f"{cpus:g} CPUs and {gpus:g} GPUs here. Lower them, or try --engine inprocess."
+        )
+
+
+def make_ray_temp_dir() -> str:
+    """A fresh temp folder for Ray under :func:`ray_temp_root`; :class:`EngineStartError` if it cannot be made."""
+    root = ray_temp_root()
+    try:
+        return tempfile.mkdtemp(prefix="tfl-ray-", dir=root)
+    except OSError as exc:
+        raise EngineStartError(
+            f"Ray could not start: cannot make its temp folder in {root} ({exc.strerror or exc}). "
+            "Set RAY_TMPDIR to a writable folder, or try --engine inprocess."
+        ) from exc
+
+
+RUN_SIMULATION_NOTICE = "The `run_simulation` function is deprecated"
+
+
+def _not_the_run_simulation_notice(record: logging.LogRecord) -> bool:
+    args = record.args if isinstance(record.args, tuple) else ()
+    notice = str(record.msg).startswith("DEPRECATED FEATURE") and args and str(args[0]).startswith(RUN_SIMULATION_NOTICE)
+    return not notice
+
+
+@contextmanager
+def without_run_simulation_notice() -> Iterator[None]:
+    """Drop Flower's deprecation notice of ``run_simulation`` inside the block; every other log line stays."""
+    logger = logging.getLogger("flwr")
+    logger.addFilter(_not_the_run_simulation_notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_not_the_run_simulation_notice)
 
 
 _session: dict[str, Any] = {}
@@ -101,25 +207,21 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     each actor process keeps its imports and the ClientApp's per-process
     caches, which never change a reply), and leaves them running at its end.
     Ray and the last actors are shut down once, at the end. Nested sessions
-    are no-ops.
+    are no-ops. Raises :class:`EngineStartError` when Ray cannot start
+    (:func:`start_ray`).
     """
     require("sim", "ray", purpose=RAY_PURPOSE)
-    import ray
-
     if _session:
         yield
         return
     for key, value in QUIET_ENV.items():
         os.environ.setdefault(key, value)
-    temp_dir = tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
+    temp_dir = make_ray_temp_dir()
     guard = orphan_guard(temp_dir)  # Ray's agents and workers outlive a driver killed with SIGKILL
     watchdog = guard.__enter__()
     interrupted = False
     try:
-        # The arguments Flower's RayBackend.init_ray would use.
-        pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
-        os.environ["PYTHONPATH"] = pythonpath
-        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
+        start_ray(scenario, temp_dir)
         with reusing_client_actors() as reuse, linear_dispatcher():
             _session.update(temp_dir=temp_dir, reuse=reuse)
             yield
@@ -141,27 +243,50 @@ def actors_reused() -> int:
     return 0 if reuse is None else reuse.reused
 
 
+class Stop:
+    """Set once, from the caller's thread: the server loop raises ``error`` at its next wait."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.error: BaseException = KeyboardInterrupt("the simulation was stopped")
+
+    def set(self, error: BaseException | None = None) -> None:  # noqa: D102
+        if error is not None:
+            self.error = error
+        self._event.set()
+
+    def is_set(self) -> bool:  # noqa: D102
+        return self._event.is_set()
+
+
 class StoppableGrid(Grid):
     """Flower's Grid, with every wait of the server loop ending early once ``stop`` is set.
-
-    Replies are pulled every ``poll_s`` (10 ms) rather than every 100 ms.
 
     Flower's Simulation Engine runs the ServerApp in a thread of its own. On
     Ctrl-C the main thread stops the engine, but the server loop would sit in
     ``send_and_receive`` until ``run.round_timeout`` and then go on with
-    failed rounds: with this wrapper it raises ``KeyboardInterrupt`` within a
-    poll interval instead, so ``run_federation`` records the run as
-    interrupted and the thread ends. Everything else is delegated.
+    failed rounds; when the engine itself fails, it would wait out
+    ``run.node_timeout`` for nodes that never come. With this wrapper it
+    raises the stop's error (``KeyboardInterrupt`` for Ctrl-C, so that
+    ``run_federation`` records the run as interrupted; the engine's error,
+    recorded as failed) within a poll interval, and the thread ends.
+
+    Replies are pulled every ``poll_s`` (10 ms; Flower's grid: 100 ms), and
+    never more often than keeps the pulls under ~10% of the time: one pull
+    scans every pending message under the link state's lock, holding the
+    GIL, so 10,000 pending messages (asking 10,000 nodes for their
+    partitions) pulled every 10 ms starve the threads that deliver them.
+    Everything else is delegated.
     """
 
-    def __init__(self, grid: Grid, stop: threading.Event, poll_s: float = 0.01) -> None:
+    def __init__(self, grid: Grid, stop: Stop, poll_s: float = 0.01) -> None:
         self._grid = grid
         self._stop = stop
-        self._poll_s = poll_s  # Flower's grid pulls every 0.1 s: up to 0.1 s more per phase
+        self._poll_s = poll_s
 
     def _check(self) -> None:
         if self._stop.is_set():
-            raise KeyboardInterrupt("the simulation was stopped")
+            raise self._stop.error
 
     def set_run(self, run: Any) -> None:  # noqa: D102
         self._grid.set_run(run)
@@ -191,12 +316,14 @@ class StoppableGrid(Grid):
         replies: list[Message] = []
         while pending:
             self._check()
+            started = time.perf_counter()
             received = list(self.pull_messages(pending))
+            pull_s = time.perf_counter() - started
             replies.extend(received)
             pending.difference_update(m.metadata.reply_to_message_id for m in received)
             if not pending or (end is not None and time.monotonic() >= end):
                 break
-            time.sleep(self._poll_s)
+            time.sleep(max(self._poll_s, pull_s * (1.0 / LOCK_SHARE - 1.0)))
         return replies
 
 
@@ -237,55 +364,66 @@ def run_flower_simulation(
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
-    """Run a scenario in Flower's Simulation Engine and return the server loop's result."""
+    """Run a scenario in Flower's Simulation Engine and return the server loop's result.
+
+    Inside a :func:`ray_session` it uses the session's Ray and actors; else it
+    opens one for this run. Raises :class:`EngineStartError` when Ray cannot
+    start (nothing recorded), :class:`EngineError` when the engine stops
+    during the run (recorded as failed).
+    """
     require("sim", "ray", purpose=RAY_PURPOSE)
-    import ray
+    with ray_session(scenario):
+        return _simulate(scenario, num_nodes, recorder, on_round)
+
+
+def _simulate(
+    scenario: Scenario,
+    num_nodes: int,
+    recorder: Recorder | None,
+    on_round: Callable[[RoundRecord, int], None] | None,
+) -> FederationResult:
     from flwr.simulation import run_simulation
 
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
-    stop, server_done = threading.Event(), threading.Event()
+    stop, server_done = Stop(), threading.Event()
+    with simulation_node_table() as node_table:
 
-    @server_app.main()
-    def main(grid: Grid, context: Context) -> None:
+        @server_app.main()
+        def main(grid: Grid, context: Context) -> None:
+            try:
+                outcome["result"] = run_federation(
+                    StoppableGrid(grid, stop), scenario, recorder, on_round=on_round, node_partitions=node_table
+                )
+            except BaseException as exc:  # re-raised in the caller's thread below
+                outcome["error"] = exc
+            finally:
+                server_done.set()
+
         try:
-            outcome["result"] = run_federation(StoppableGrid(grid, stop), scenario, recorder, on_round=on_round)
-        except BaseException as exc:  # re-raised in the caller's thread below
-            outcome["error"] = exc
-        finally:
-            server_done.set()
-
-    in_session = bool(_session)
-    ray_temp_dir = _session.get("temp_dir") or tempfile.mkdtemp(prefix="tfl-ray-", dir="/tmp")
-    guard = contextlib.nullcontext() if in_session else orphan_guard(ray_temp_dir)
-    watchdog = guard.__enter__()  # Ray's agents and workers outlive a driver killed with SIGKILL
-    interrupted = False
-    try:
-        with linear_dispatcher():
-            run_simulation(
-                server_app=server_app,
-                client_app=client_app,
-                num_supernodes=num_nodes,
-                backend_config=backend_config(scenario, ray_temp_dir),
+            with linear_dispatcher(), without_run_simulation_notice():
+                run_simulation(
+                    server_app=server_app,
+                    client_app=client_app,
+                    num_supernodes=num_nodes,
+                    backend_config=backend_config(scenario, _session["temp_dir"]),
+                )
+        except KeyboardInterrupt:
+            # Ctrl-C reaches this (main) thread; the server loop runs in Flower's
+            # ServerApp thread: stop it and let it record the run as interrupted.
+            stop.set()
+            server_done.wait(STOP_GRACE_S)
+            raise
+        except Exception as exc:
+            error = EngineError(
+                f"Flower's Simulation Engine stopped: {_reason(exc)}. "
+                "Run with -v to see Flower's and Ray's logs, or try --engine inprocess."
             )
-    except KeyboardInterrupt:
-        # Ctrl-C reaches this (main) thread; the server loop runs in Flower's
-        # ServerApp thread: stop it and let it record the run as interrupted.
-        interrupted = True
-        stop.set()
-        server_done.wait(STOP_GRACE_S)
-        raise
-    finally:
-        if not in_session:
-            stopped = shutdown_ray(INTERRUPTED_SHUTDOWN_S if interrupted else SHUTDOWN_S)
-            if watchdog is not None:
-                watchdog.keep = not stopped  # the watchdog ends what is left once this process exits
-            shutil.rmtree(ray_temp_dir, ignore_errors=True)
-        guard.__exit__(None, None, None)
+            stop.set(error)
+            server_done.wait(STOP_GRACE_S)
+            raise error from exc
     if "error" in outcome:
         raise outcome["error"]
     if "result" not in outcome:
-        raise FederationError("the Flower simulation ended without running the server loop (see the log above)")
+        raise FederationError("the Flower simulation ended without running the server loop; run with -v to see its log")
     return outcome["result"]

@@ -1,0 +1,128 @@
+"""What `term-fl run` prints: the header in words, the progress bar, and which log lines reach the console."""
+
+from __future__ import annotations
+
+import io
+import logging
+import re
+
+import pytest
+from rich.console import Console
+
+from conftest import small_scenario
+from term_fl.console import RoundProgress, route_logs, run_header, strategy_words
+from term_fl.federation import RoundRecord
+
+
+def text_console(terminal: bool = False, width: int = 200) -> tuple[Console, io.StringIO]:
+    buffer = io.StringIO()
+    return Console(file=buffer, force_terminal=terminal, width=width, highlight=False, color_system=None), buffer
+
+
+def record(k: int, mean: float = 0.5, worst: float = 0.25, status: str = "ok", excluded: int = 0) -> RoundRecord:
+    return RoundRecord(k, status, [], [], {"test": {"mean": mean, "worst_10": worst, "pooled_mean": 0.9}}, None, 0.1,
+                       [{"partition_id": i} for i in range(excluded)])
+
+
+@pytest.mark.parametrize(
+    "overrides, words",
+    [
+        (["strategy.name=term", "strategy.t=-2", "strategy.lam=0.5"],
+         "TERM: t=-2, lam=0.5, base_weighting=num_examples, loss_reduction=mean, server_lr=1"),
+        (["strategy.name=qffl", "strategy.q=5", "client.lr=0.05"], "q-FFL: q=5, client_lr=0.05"),
+        (["strategy.name=fedavg"], "FedAvg"),
+        (["strategy.name=fedavg", "client.tau=-1"], "FedAvg: tau=-1"),  # a client-side tilt is named
+    ],
+)
+def test_the_strategy_is_named_with_its_parameters_in_words(overrides, words):
+    assert strategy_words(small_scenario(*overrides)) == words
+
+
+def test_the_header_names_scenario_seed_strategy_data_engine_and_device():
+    console, out = text_console()
+    console.print(run_header(small_scenario("run.seed=7", "run.engine=flower", "client.device=cpu"), 6))
+    text = " ".join(out.getvalue().split())
+    assert "term-fl run scenario default, seed 7" in text
+    assert "strategy TERM: t=1" in text
+    assert "data Synthetic(1, 1), 6 devices, 3 trained per round, 3 rounds, model logreg" in text
+    assert "engine Flower Simulation Engine (Ray); clients train on the CPU" in text
+
+
+def test_off_a_terminal_progress_is_one_line_per_tenth_of_the_rounds_and_at_failed_rounds():
+    console, out = text_console(terminal=False)
+    with RoundProgress(console, 100) as progress:
+        for k in range(1, 101):
+            progress(record(k, status="failed" if k == 55 else "ok", excluded=2 if k == 55 else 0), 100)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[1] for line in lines] == [f"{k}/100" for k in (10, 20, 30, 40, 50, 55, 60, 70, 80, 90, 100)]
+    assert "round 55 FAILED" in lines[5] and "2 replies excluded" in lines[5]
+    assert lines[0].startswith("round 10/100  10%  ") and "left" in lines[0]
+    assert lines[-1].startswith("round 100/100  100%  ") and "left" not in lines[-1]
+    assert "device mean 0.5000  worst 10% 0.2500" in lines[-1]
+
+
+def frames(terminal_output: str) -> list[str]:
+    """The lines a terminal was sent, without control sequences (each redraw is a line)."""
+    plain = re.sub(r"\x1b\[[0-9;?]*[a-zA-Z]", "", terminal_output)
+    return [line for line in re.split(r"[\r\n]", plain) if line.strip()]
+
+
+def test_on_a_terminal_the_bar_ends_showing_the_last_round_and_its_statistics():
+    console, out = text_console(terminal=True)
+    with RoundProgress(console, 3, label="FedAvg reference") as progress:
+        for k in (1, 2, 3):
+            progress(record(k, mean=0.1 * k), 3)
+    last = frames(out.getvalue())[-1]
+    assert "FedAvg reference round 3/3" in last and "100%" in last and "device mean 0.3000" in last
+    assert "0:00:00" in last and "<" not in last  # elapsed; nothing remains
+
+
+@pytest.mark.parametrize("terminal", [True, False])
+def test_a_failing_run_leaves_no_half_drawn_bar(terminal):
+    console, out = text_console(terminal=terminal)
+    with pytest.raises(RuntimeError), RoundProgress(console, 3) as progress:
+        raise RuntimeError("Ray could not start")
+    assert not any(task.visible for task in progress._progress.tasks)
+    assert terminal or out.getvalue() == ""
+
+
+@pytest.fixture
+def restore_logging():
+    loggers = [logging.getLogger(name) for name in ("flwr", "term_fl")]
+    saved = [(lg.level, list(lg.handlers), list(lg.filters), lg.propagate) for lg in loggers]
+    yield
+    for lg, (level, handlers, filters, propagate) in zip(loggers, saved):
+        lg.setLevel(level)
+        lg.handlers[:] = handlers
+        lg.filters[:] = filters
+        lg.propagate = propagate
+
+
+def emit(logger: str, level: int, message: str, pathname: str) -> None:
+    lg = logging.getLogger(logger)
+    if lg.isEnabledFor(level):
+        lg.handle(lg.makeRecord(logger, level, pathname, 1, message, (), None))
+
+
+def test_by_default_only_term_fl_warnings_reach_the_console(restore_logging):
+    import term_fl.strategies
+
+    ours = term_fl.strategies.__file__
+    console, out = text_console()
+    route_logs(console, verbose=False)
+    emit("flwr", logging.WARNING, "excluded node 7: NaN loss", ours)  # a term-fl strategy, through Flower's logger
+    emit("flwr", logging.WARNING, "Flower's own warning", "/site-packages/flwr/server/x.py")
+    emit("flwr", logging.INFO, "a term-fl strategy's INFO line", ours)
+    emit("term_fl", logging.WARNING, "round 3 failed", ours)
+    emit("term_fl", logging.INFO, "discovered 100 nodes", ours)
+    shown = out.getvalue()
+    assert "excluded node 7" in shown and "round 3 failed" in shown
+    assert "Flower's own warning" not in shown and "INFO line" not in shown and "discovered" not in shown
+    assert not logging.getLogger("flwr").isEnabledFor(logging.INFO)  # the engine then keeps Ray's logs away too
+
+
+def test_verbose_shows_flowers_info_lines(restore_logging):
+    console, _ = text_console()
+    route_logs(console, verbose=True)
+    assert logging.getLogger("flwr").isEnabledFor(logging.INFO)
+    assert logging.getLogger("term_fl").isEnabledFor(logging.INFO)
