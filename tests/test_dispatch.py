@@ -69,3 +69,31 @@ def test_not_installed_for_other_flower_versions(monkeypatch, version):
 
     monkeypatch.setattr(flwr, "__version__", version)
     assert not dispatch.dispatcher_wanted()
+    assert not dispatch.wanted()
+
+
+def test_the_engine_node_table_is_the_one_flower_registers(monkeypatch):
+    """simulation_node_table records what vce_api._register_nodes returns, only while the block runs."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    original = vce_api._register_nodes
+    monkeypatch.setattr(vce_api, "_register_nodes", lambda num_nodes, state_factory: {11: 0, 22: 1, 33: 2})
+    patched = vce_api._register_nodes
+    with dispatch.simulation_node_table() as known:
+        assert known(0.01) is None  # nodes not registered yet
+        assert vce_api._register_nodes(3, None) == {11: 0, 22: 1, 33: 2}
+        assert known(0.01) == {11: 0, 22: 1, 33: 2}
+    assert vce_api._register_nodes is patched
+    monkeypatch.setattr(vce_api, "_register_nodes", original)
+
+
+@pytest.mark.parametrize("env, version", [({"TERM_FL_DISCOVERY": "query"}, None), ({}, "1.43.0")])
+def test_no_engine_node_table_on_request_or_on_another_flower(env, version, monkeypatch):
+    import flwr
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if version:
+        monkeypatch.setattr(flwr, "__version__", version)
+    with dispatch.simulation_node_table() as known:
+        assert known is None

@@ -7,6 +7,7 @@ record the same per-device metrics every round (to 1e-6 on CPU).
 from __future__ import annotations
 
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -126,7 +127,7 @@ def test_ctrl_c_on_the_flower_engine_marks_the_run_interrupted_and_exits_promptl
     reader.start()
     try:
         deadline = time.monotonic() + 180
-        while not any("round 2/500" in line for line in lines):
+        while rounds_recorded(tmp_path / "r.db") < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
             time.sleep(0.2)
         sent = time.monotonic()
@@ -167,7 +168,7 @@ def test_a_sigkilled_flower_run_leaves_no_process_behind_15_s_later(tmp_path):
     started: dict[int, int] = {}
     try:
         deadline = time.monotonic() + 180
-        while not any("round 2/500" in line for line in lines):
+        while rounds_recorded(tmp_path / "r.db") < 2:
             assert proc.poll() is None and time.monotonic() < deadline, "".join(lines[-20:])
             time.sleep(0.2)
         started = descendants(proc.pid)
@@ -195,3 +196,36 @@ def descendants_alive(noted: dict[int, int]) -> dict[int, int]:
         if fields[0] != "Z" and int(fields[19]) == start:
             alive[pid] = start
     return alive
+
+
+def rounds_recorded(db) -> int:
+    """Rounds in a results store that a running process writes (0 while it does not exist yet)."""
+    import sqlite3
+
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            return conn.execute("SELECT COUNT(*) FROM rounds").fetchone()[0]
+    except sqlite3.OperationalError:  # the schema is not written yet
+        return 0
+
+
+def test_an_engine_that_stops_fails_the_run_at_once_not_after_the_node_timeout(tmp_path, monkeypatch):
+    """Flower's engine crashing after the server loop started: one EngineError naming the cause, the run
+    recorded as failed, within seconds (the server loop would otherwise wait run.node_timeout for nodes)."""
+    from flwr.server.superlink.fleet.vce.backend import raybackend
+
+    from term_fl.engines import EngineError
+
+    def broken_backend(self, backend_config):
+        raise ValueError("no backend today")
+
+    monkeypatch.setattr(raybackend.RayBackend, "__init__", broken_backend)
+    store = ResultsStore(tmp_path / "results.db")
+    start = time.monotonic()
+    with pytest.raises(EngineError, match="Flower's Simulation Engine stopped: no backend today. Run with -v"):
+        run_one(small_scenario("run.engine=flower", "run.node_timeout=120"), store, out_dir=tmp_path / "run")
+    assert time.monotonic() - start < 60
+    (run,) = store.list_runs()
+    assert run.status == "failed" and "no backend today" in (run.error or "")

@@ -331,3 +331,30 @@ def test_a_second_node_claiming_a_live_partition_is_ignored(caplog):
         result = run_federation(grid, scenario, LateDuplicate())
     assert result.node_partitions[first] == 0 and len(result.node_partitions) == 6
     assert "also holds partition-id=0" in caplog.text
+
+
+class CountingGrid(InProcessGrid):
+    """The in-process grid, counting the query messages it delivers."""
+
+    queries = 0
+
+    def push_messages(self, messages):
+        messages = list(messages)
+        self.queries += sum(m.metadata.message_type == "query" for m in messages)
+        return super().push_messages(messages)
+
+
+def test_a_node_table_from_the_engine_replaces_the_partition_query():
+    from term_fl.federation import discover_nodes
+
+    grid = CountingGrid(client_app, 6)
+    table = {node_id: int(ctx.node_config["partition-id"]) for node_id, ctx in grid._contexts.items()}
+    waited = []
+    known = lambda timeout: waited.append(timeout) or table  # noqa: E731
+    assert discover_nodes(grid, 6, timeout=30, known=known) == table
+    assert grid.queries == 0 and 0 < waited[0] <= 30
+    # without a table, or with one that does not match the connected nodes: every node is asked
+    assert discover_nodes(grid, 6, timeout=30) == table and grid.queries == 6
+    wrong = {node_id + 1: pid for node_id, pid in table.items()}
+    assert discover_nodes(grid, 6, timeout=30, known=lambda t: wrong) == table and grid.queries == 12
+    assert discover_nodes(grid, 6, timeout=30, known=lambda t: None) == table and grid.queries == 18

@@ -1,0 +1,134 @@
+"""The Flower engine's edges: startup failures in one line, quiet logs, the server loop's waits."""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SMALL
+from term_fl.engines.flower import RUN_SIMULATION_NOTICE, Stop, StoppableGrid, without_run_simulation_notice
+
+SMALL_SETS = [arg for item in SMALL for arg in ("--set", item)]
+
+
+def test_only_the_run_simulation_notice_is_dropped(caplog):
+    from flwr.supercore.logger import warn_deprecated_feature
+
+    logger = logging.getLogger("flwr")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="flwr"), without_run_simulation_notice():
+            warn_deprecated_feature(f"{RUN_SIMULATION_NOTICE} and will be removed in a future version of Flower.")
+            warn_deprecated_feature("Some other feature is deprecated.")
+            logger.warning("an ordinary warning")
+        warn_deprecated_feature(f"{RUN_SIMULATION_NOTICE} (outside the block)")
+    finally:
+        logger.removeHandler(caplog.handler)
+    messages = [r.getMessage() for r in caplog.records]
+    assert not any(RUN_SIMULATION_NOTICE in m and "outside" not in m for m in messages)
+    assert any("Some other feature" in m for m in messages) and "an ordinary warning" in messages
+    assert any("outside the block" in m for m in messages)
+
+
+class SlowPulls:
+    """A Grid whose pulls take ``pull_s`` and return one reply each."""
+
+    def __init__(self, n: int, pull_s: float) -> None:
+        self.pending = [f"m{i}" for i in range(n)]
+        self.pull_s = pull_s
+
+    def push_messages(self, messages):
+        return list(self.pending)
+
+    def pull_messages(self, ids):
+        time.sleep(self.pull_s)
+        mid = self.pending.pop(0)
+
+        class Reply:
+            class metadata:  # noqa: N801
+                reply_to_message_id = mid
+
+        return [Reply]
+
+
+def test_pulls_wait_nine_times_as_long_as_they_took(monkeypatch):
+    """A pull that takes 50 ms is followed by a wait of about 450 ms, not 10 ms (pulls hold the GIL)."""
+    sleeps = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda s: sleeps.append(s) if s != 0.05 else real_sleep(s))
+    grid = StoppableGrid(SlowPulls(3, 0.05), Stop())
+    assert len(grid.send_and_receive([object()] * 3)) == 3
+    assert len(sleeps) == 2 and all(0.44 < s < 0.6 for s in sleeps)
+
+
+def test_a_stopped_server_loop_raises_the_stops_error():
+    stop = Stop()
+    grid = StoppableGrid(SlowPulls(1, 0.0), stop)
+    stop.set()
+    with pytest.raises(KeyboardInterrupt):  # Ctrl-C: the run is recorded as interrupted
+        grid.get_node_ids()
+    stop = Stop()
+    stop.set(RuntimeError("Flower's Simulation Engine stopped: boom"))
+    with pytest.raises(RuntimeError, match="boom"):  # the engine failed: recorded as failed
+        StoppableGrid(SlowPulls(1, 0.0), stop).send_and_receive([object()])
+
+
+def term_fl(*args: str, env: dict[str, str] | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "term_fl", *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})
+
+
+@pytest.mark.slow
+def test_ray_that_cannot_start_ends_in_one_line_naming_the_cause_and_the_next_step(tmp_path):
+    """Ray's socket paths are limited to 107 bytes: a long RAY_TMPDIR makes Ray itself fail to start."""
+    long_dir = tmp_path / ("r" * (110 - len(str(tmp_path))))
+    long_dir.mkdir()
+    start = time.monotonic()
+    done = term_fl("run", "--engine", "flower", *SMALL_SETS, "--out", str(tmp_path / "run"), "--db",
+                   str(tmp_path / "r.db"), env={"RAY_TMPDIR": str(long_dir)})
+    took = time.monotonic() - start
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("term-fl: error: Ray could not start: ") and "107 bytes" in done.stderr
+    assert done.stderr.rstrip().endswith("Try --engine inprocess.") and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stdout + done.stderr and took < 60
+    assert list(long_dir.iterdir()) == []  # its temp folder removed
+
+
+@pytest.mark.slow
+def test_a_client_ray_cannot_host_ends_in_one_line_before_the_server_loop_waits(tmp_path):
+    with tempfile.TemporaryDirectory(prefix="tfl-t-", dir="/tmp") as short:  # Ray's sockets: <= 107 bytes
+        ray_tmp = Path(short)
+        start = time.monotonic()
+        done = term_fl("run", "--engine", "flower", *SMALL_SETS, "--set", "resources.num_cpus=64", "--out",
+                       str(tmp_path / "run"), "--db", str(tmp_path / "r.db"), env={"RAY_TMPDIR": short})
+        took = time.monotonic() - start
+        left = list(ray_tmp.iterdir())
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("term-fl: error: Ray cannot host one virtual client: each asks for 64 CPUs")
+    assert "try --engine inprocess." in done.stderr and done.stderr.count("\n") == 1
+    assert "Traceback" not in done.stdout + done.stderr and took < 60  # not run.node_timeout (120 s)
+    assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_flower_engine_run_prints_no_deprecation_notice_and_no_actor_termination_warnings(verbose, tmp_path):
+    out = tmp_path / "run"
+    done = term_fl("run", "--engine", "flower", *SMALL_SETS, *(["-v"] if verbose else []), "--out", str(out),
+                   "--db", str(tmp_path / "r.db"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    printed = done.stdout + done.stderr
+    assert "DEPRECATED FEATURE" not in printed and "Manually terminating" not in printed
+    if not verbose:  # the header, progress, the table and the run directory; no log line
+        assert done.stderr == ""
+        assert "WARNING" not in printed and "INFO" not in printed
+        assert "round 3/3" in done.stdout and "Jain's index" in done.stdout and str(out) in " ".join(done.stdout.split())
+    else:
+        assert "INFO" in printed  # Flower's log lines are there with -v
