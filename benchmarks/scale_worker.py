@@ -88,15 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.simulation import run_simulation
 
     from term_fl.engines.client_cache import app as client_app
-    from term_fl.engines.flower import backend_config, ray_session
+    from term_fl.engines.flower import backend_config, ray_session, without_run_simulation_notice
     from term_fl.federation import Recorder, RoundRecord, run_federation
 
-    from term_fl.flower_internals import DISPATCHER_ENV
+    from term_fl.flower_internals import DISPATCHER_ENV, simulation_node_table
 
     os.environ[DISPATCHER_ENV] = "linear" if args.linear_dispatcher else "flower"
     scenario = scale_scenario(args.num_clients, args.clients_per_round, args.rounds, args.evaluate_fraction, args.device)
     server_app = ServerApp()
     outcome: dict[str, Any] = {}
+    node_table: list[Any] = []  # the engine's node -> partition table (term_fl.flower_internals)
 
     @server_app.main()
     def server(grid: Grid, context: Context) -> None:
@@ -111,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                           trained=len(record.train_rows), evaluated=len(record.eval_rows) // 2)
 
         try:
-            result = run_federation(TimingGrid(grid, on_call), scenario, Recorder(), on_round=on_round)
+            result = run_federation(TimingGrid(grid, on_call), scenario, Recorder(), on_round=on_round,
+                                    node_partitions=node_table[0])
             outcome["discovery_s"] = result.discovery_s
             progress.emit("done", discovery_s=result.discovery_s, rounds_completed=result.rounds_completed)
         except BaseException as exc:  # reported to the parent through the progress file
@@ -125,8 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         with ray_session(scenario), tempfile.TemporaryDirectory(prefix="tfl-ray-", dir="/tmp") as ray_tmp:
             progress.emit("ray_started", duration_s=time.perf_counter() - t0)
             progress.emit("simulation_started")
-            run_simulation(server_app=server_app, client_app=client_app, num_supernodes=args.num_clients,
-                           backend_config=backend_config(scenario, ray_tmp))
+            with without_run_simulation_notice(), simulation_node_table() as known:
+                node_table.append(known)
+                run_simulation(server_app=server_app, client_app=client_app, num_supernodes=args.num_clients,
+                               backend_config=backend_config(scenario, ray_tmp))
             progress.emit("simulation_ended")
         progress.emit("ray_stopped")
     finally:

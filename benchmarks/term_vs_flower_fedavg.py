@@ -25,7 +25,7 @@ from term_fl.data import dataset_for
 from term_fl.keys import SCENARIO as SCENARIO_KEY
 from term_fl.engines.client_cache import app as client_app
 from term_fl.config import Scenario
-from term_fl.engines.flower import backend_config, ray_session
+from term_fl.engines.flower import backend_config, ray_session, without_run_simulation_notice
 from term_fl.federation import initial_arrays
 from term_fl.strategies import TermFedAvg
 
@@ -90,8 +90,9 @@ def run(opts: Options) -> BenchResult:
     with ray_session(scenario), tempfile.TemporaryDirectory(prefix="tfl-ray-", dir="/tmp") as ray_tmp:
         ray_start = time.perf_counter() - t0
         t1 = time.perf_counter()
-        run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_nodes,
-                       backend_config=backend_config(scenario, ray_tmp))
+        with without_run_simulation_notice():
+            run_simulation(server_app=server_app, client_app=client_app, num_supernodes=num_nodes,
+                           backend_config=backend_config(scenario, ray_tmp))
         simulation_s = time.perf_counter() - t1
     if "error" in outcome:
         raise outcome["error"]

@@ -382,7 +382,15 @@ def _simulate(
     recorder: Recorder | None,
     on_round: Callable[[RoundRecord, int], None] | None,
 ) -> FederationResult:
-    from flwr.simulation import run_simulation
+    try:
+        from flwr.simulation import run_simulation
+    except ImportError as exc:  # README, "Flower versions"
+        import flwr
+
+        raise EngineStartError(
+            f"Flower {flwr.__version__} has no flwr.simulation.run_simulation, which term-fl's Flower engine "
+            "calls (term-fl supports Flower 1.42). Try --engine inprocess, or install flwr==1.42.0."
+        ) from exc
 
     outcome: dict[str, Any] = {}
     server_app = ServerApp()
