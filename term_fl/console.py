@@ -55,7 +55,6 @@ def route_logs(console: Console, verbose: bool) -> None:
     flwr_logger, own = logging.getLogger("flwr"), logging.getLogger("term_fl")
     handler = RichHandler(console=console, show_time=False, show_path=False, markup=False)
     own.handlers[:] = [handler]
-    own.propagate = False
     if verbose:
         flwr_logger.setLevel(logging.INFO)
         own.setLevel(logging.INFO)
