@@ -83,7 +83,10 @@ def strategy_words(scenario: Scenario) -> str:
     params = dict(scenario.strategy_params())
     if not params.get("tau"):
         params.pop("tau", None)  # no client-side tilt: nothing to say
-    label = {"term": "TERM", "qffl": "q-FFL", "fedavg": "FedAvg"}.get(scenario.strategy.name, scenario.strategy.name)
+    from term_fl.strategies.registry import STRATEGIES
+
+    spec = STRATEGIES.get(scenario.strategy.name)
+    label = spec.label if spec else scenario.strategy.name
     if not params:
         return label
     return f"{label}: " + ", ".join(f"{key}={_value(value)}" for key, value in params.items())

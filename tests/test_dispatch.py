@@ -69,7 +69,6 @@ def test_not_installed_for_other_flower_versions(monkeypatch, version):
 
     monkeypatch.setattr(flwr, "__version__", version)
     assert not dispatch.dispatcher_wanted()
-    assert not dispatch.wanted()
 
 
 def test_the_engine_node_table_is_the_one_flower_registers(monkeypatch):

@@ -60,6 +60,9 @@ def test_without_the_fast_paths_every_function_gives_flowers_own_result(plain_pa
     build = raybackend.RayBackend.build
     with internals.reusing_client_actors() as reuse:
         assert not reuse.enabled and raybackend.RayBackend.build is build
+    register = vce_api._register_nodes
+    with internals.simulation_node_table() as known:
+        assert known is None and vce_api._register_nodes is register  # every node is asked
 
 
 def test_another_flower_version_is_named_in_a_warning_once(monkeypatch, caplog):

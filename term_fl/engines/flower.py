@@ -26,7 +26,6 @@ what happens when Flower removes it.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
