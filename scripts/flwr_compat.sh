@@ -62,7 +62,7 @@ echo "flwr-compat: Flower $FLWR (pinned: $(grep -o 'flwr\[simulation\]==[0-9.]*'
 
 OUT="$(mktemp -d /tmp/tfl-compat-XXXXXX)"
 failed=0
-step "strategy tests" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_strategies.py || failed=1
+step "strategy tests" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/test_strategies.py tests/test_registry.py || failed=1
 step "2-round in-process run" "$VENV/bin/term-fl" run --engine inprocess --rounds 2 \
   --db "$OUT/results.db" --out "$OUT/run" || failed=1
 step "2-round Simulation Engine run (information only)" "$VENV/bin/term-fl" run --engine flower --rounds 2 \
