@@ -29,6 +29,8 @@ NUMERIC = {
                                                                 "rounds_long")
                   for view in ("runs_page", "api_runs", "api_compare", "compare_page", "cli_runs", "report")]
     + [("ratios", "history", "api_runs"), ("ratios", "rounds", "report")],
+    "discovery": [("points", "query", "discovery_s"), ("points", "engine", "discovery_s"),
+                  ("points", "query", "wall_s"), ("points", "engine", "wall_s")],
 }
 SCALE_POINT = [("round_median_s",), ("discovery_s",), ("startup_to_server_s",), ("memory", "peak_rss_bytes")]
 
