@@ -163,7 +163,7 @@ class RoundProgress:
     discovery); then round k of N, elapsed and remaining time, and the test
     split's device mean and worst 10% in the last round. On a terminal it
     redraws in place; elsewhere (a pipe, a log file) it prints its state as a
-    line at every tenth of the rounds, and at a failed round.
+    line after the first round, at every tenth of the rounds, and at a failed round.
     """
 
     STEPS = 10
@@ -202,7 +202,7 @@ class RoundProgress:
             stats=_round_stats(record),
         )
         step = record.server_round * self.STEPS // rounds
-        if not self._live and (step > self._step or record.status != "ok"):
+        if not self._live and (step > self._step or record.server_round == 1 or record.status != "ok"):
             self._step = step
             self.console.print(self._line(), soft_wrap=True)
 

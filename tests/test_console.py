@@ -48,15 +48,15 @@ def test_the_header_names_scenario_seed_strategy_data_engine_and_device():
     assert "engine Flower Simulation Engine (Ray); clients train on the CPU" in text
 
 
-def test_off_a_terminal_progress_is_one_line_per_tenth_of_the_rounds_and_at_failed_rounds():
+def test_off_a_terminal_progress_is_a_line_after_round_1_each_tenth_of_the_rounds_and_failed_rounds():
     console, out = text_console(terminal=False)
     with RoundProgress(console, 100) as progress:
         for k in range(1, 101):
             progress(record(k, status="failed" if k == 55 else "ok", excluded=2 if k == 55 else 0), 100)
     lines = out.getvalue().splitlines()
-    assert [line.split()[1] for line in lines] == [f"{k}/100" for k in (10, 20, 30, 40, 50, 55, 60, 70, 80, 90, 100)]
-    assert "round 55 FAILED" in lines[5] and "2 replies excluded" in lines[5]
-    assert lines[0].startswith("round 10/100  10%  ") and "left" in lines[0]
+    assert [line.split()[1] for line in lines] == [f"{k}/100" for k in (1, 10, 20, 30, 40, 50, 55, 60, 70, 80, 90, 100)]
+    assert "round 55 FAILED" in lines[6] and "2 replies excluded" in lines[6]
+    assert lines[1].startswith("round 10/100  10%  ") and "left" in lines[1]
     assert lines[-1].startswith("round 100/100  100%  ") and "left" not in lines[-1]
     assert "device mean 0.5000  worst 10% 0.2500" in lines[-1]
 
