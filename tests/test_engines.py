@@ -216,7 +216,7 @@ def test_an_engine_that_stops_fails_the_run_at_once_not_after_the_node_timeout(t
     recorded as failed, within seconds (the server loop would otherwise wait run.node_timeout for nodes)."""
     from flwr.server.superlink.fleet.vce.backend import raybackend
 
-    from term_fl.engines import EngineError
+    from term_fl.engines.flower import EngineError
 
     def broken_backend(self, backend_config):
         raise ValueError("no backend today")
