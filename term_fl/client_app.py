@@ -137,13 +137,20 @@ def query(msg: Message, context: Context) -> Message:
     return partition_reply(msg, context)
 
 
-def train(msg: Message, context: Context, workspace: Workspace) -> Message:
-    """Report F_k (the incoming model's loss on the train split), train locally, reply."""
+def _task(
+    msg: Message, context: Context, workspace: Workspace, *, training: bool
+) -> tuple[Setting, int, TermModel, DeviceTensors]:
+    """What a train or evaluate message asks of this node: the setting, the partition, the model, the tensors."""
     torch.set_num_threads(1)
     setting = workspace.setting(str(msg.content[CONFIG][SCENARIO]))
     pid = _partition(context, setting.dataset)
-    model = workspace.model(setting, msg.content[ARRAYS], training=True)
-    data = workspace.tensors(setting, model, pid)
+    model = workspace.model(setting, msg.content[ARRAYS], training=training)
+    return setting, pid, model, workspace.tensors(setting, model, pid)
+
+
+def train(msg: Message, context: Context, workspace: Workspace) -> Message:
+    """Report F_k (the incoming model's loss on the train split), train locally, reply."""
+    setting, pid, model, data = _task(msg, context, workspace, training=True)
     scenario, c = setting.scenario, setting.scenario.client
     result = train_tensors(
         model,
@@ -172,11 +179,7 @@ def train(msg: Message, context: Context, workspace: Workspace) -> Message:
 
 def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
     """Evaluate the global model on this device's validation and test splits (one forward pass)."""
-    torch.set_num_threads(1)
-    setting = workspace.setting(str(msg.content[CONFIG][SCENARIO]))
-    pid = _partition(context, setting.dataset)
-    model = workspace.model(setting, msg.content[ARRAYS], training=False)
-    data = workspace.tensors(setting, model, pid)
+    _, pid, model, data = _task(msg, context, workspace, training=False)
     values: dict[str, int | float] = {PARTITION_ID: pid}
     results = evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends)
     for split, res in zip(EVAL_SPLITS, results, strict=True):

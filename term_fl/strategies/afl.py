@@ -38,8 +38,9 @@ from pydantic import Field
 
 from term_fl.arrays import finite_vector
 
-from .fedavg import Aggregation, FedAvg, RoundInputs, Settings
+from .fedavg import Aggregation, FedAvg, RoundInputs
 from .reports import Diagnostics
+from .settings import Settings
 
 __all__ = ["AFL", "AFLSettings", "afl_round", "project_onto_simplex"]
 

@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from logging import INFO, WARNING
-from typing import Annotated, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -36,7 +36,6 @@ from flwr.serverapp.exception import AggregationError
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from flwr.supercore import log
 from numpy.typing import NDArray
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from term_fl.flower_internals import from_array_record
 from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, PARTITION_ID, SERVER_ROUND, TRAIN_LOSS
@@ -47,54 +46,9 @@ from .arithmetic import combine_models, local_models, record_like
 from .replies import arrays_of, filter_replies, metric_values, metrics_of, partition_id_of, sent_index
 from .reports import Diagnostics, EvaluationReport, TrainReport
 from .sampling import PartitionSampler
+from .settings import Defences
 
-__all__ = ["Aggregation", "Defences", "FedAvg", "RoundInputs", "Settings", "TrainOutcome"]
-
-
-class Settings(BaseModel):
-    """The parameters of a strategy, validated once: by the strategy class and by the scenario's [strategy] table.
-
-    Each field's default, range and description are the only ones: the
-    scenario schema (:mod:`term_fl.config`) takes its ``[strategy]`` fields
-    from these models through the registry.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    @classmethod
-    def of(cls, owner: str, **values: Any) -> Settings:
-        """Validate ``values``; a ValueError naming ``owner``, the field, what is allowed and the value otherwise."""
-        try:
-            return cls(**values)
-        except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors()
-            )
-            raise ValueError(f"{owner}: {problems}") from None
-
-
-def _off_or_ratio(value: float) -> float:
-    if value != 0 and value < 1:
-        raise ValueError("must be 0 (off) or a ratio >= 1 to the round's median")
-    return value
-
-
-OffOrRatio = Annotated[float, AfterValidator(_off_or_ratio)]
-
-
-class Defences(Settings):
-    """Opt-in defences against hostile clients (:mod:`term_fl.robust`), settings of every strategy."""
-
-    clip_loss: OffOrRatio = Field(
-        0.0, ge=0.0, le=1e6, allow_inf_nan=False,
-        description="defence, off at 0: a reported loss above clip_loss x the round's median is lowered to it "
-                    "(with t > 0 a client reporting a huge loss would take all the weight)",
-    )
-    max_update_norm: OffOrRatio = Field(
-        0.0, ge=0.0, le=1e6, allow_inf_nan=False,
-        description="defence, off at 0: an update longer than max_update_norm x the round's median update norm "
-                    "is scaled down to it (a client sending huge weights would be averaged in)",
-    )
+__all__ = ["Aggregation", "FedAvg", "RoundInputs", "TrainOutcome"]
 
 
 @dataclass(frozen=True)

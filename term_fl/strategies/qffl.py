@@ -27,7 +27,8 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 from pydantic import Field
 
-from .fedavg import Aggregation, FedAvg, RoundInputs, Settings
+from .fedavg import Aggregation, FedAvg, RoundInputs
+from .settings import Settings
 
 __all__ = ["QFFL", "QFFLSettings", "qffl_coefficients", "squared_distances"]
 

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .afl import AFL, AFLSettings
-from .fedavg import Defences, FedAvg, Settings
+from .fedavg import FedAvg
 from .qffl import QFFL, QFFLSettings
+from .settings import Defences, Settings
 from .term import TermFedAvg, TermSettings
 
 __all__ = ["COMMON_SETTINGS", "PARAM_KEYS", "STRATEGIES", "StrategySpec", "build_strategy", "cell_label",

@@ -27,8 +27,9 @@ from pydantic import Field
 from term_fl.keys import TRAIN_LOSS, TRAIN_LOSS_SUM
 from term_fl.tilting import term_round
 
-from .fedavg import Aggregation, FedAvg, RoundInputs, Settings
+from .fedavg import Aggregation, FedAvg, RoundInputs
 from .reports import Diagnostics
+from .settings import Settings
 
 __all__ = ["TermFedAvg", "TermSettings"]
 

@@ -1,0 +1,63 @@
+"""The parameters of a strategy, validated once: by the strategy class and by the scenario's [strategy] table.
+
+Each strategy declares its parameters as a :class:`Settings` model (default,
+range, description); :mod:`term_fl.config` builds the scenario's
+``[strategy]`` table from these models through the registry, and the
+strategy class validates its arguments with the same model: one rule, one
+message. :class:`Defences` are the settings every strategy takes (the
+FedAvg template's opt-in defences, :mod:`term_fl.robust`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["Defences", "Settings"]
+
+
+class Settings(BaseModel):
+    """The parameters of a strategy, validated once: by the strategy class and by the scenario's [strategy] table.
+
+    Each field's default, range and description are the only ones: the
+    scenario schema (:mod:`term_fl.config`) takes its ``[strategy]`` fields
+    from these models through the registry.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @classmethod
+    def of(cls, owner: str, **values: Any) -> Settings:
+        """Validate ``values``; a ValueError naming ``owner``, the field, what is allowed and the value otherwise."""
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']} (got {e['input']!r})" for e in exc.errors()
+            )
+            raise ValueError(f"{owner}: {problems}") from None
+
+
+def _off_or_ratio(value: float) -> float:
+    if value != 0 and value < 1:
+        raise ValueError("must be 0 (off) or a ratio >= 1 to the round's median")
+    return value
+
+
+OffOrRatio = Annotated[float, AfterValidator(_off_or_ratio)]
+
+
+class Defences(Settings):
+    """Opt-in defences against hostile clients (:mod:`term_fl.robust`), settings of every strategy."""
+
+    clip_loss: OffOrRatio = Field(
+        0.0, ge=0.0, le=1e6, allow_inf_nan=False,
+        description="defence, off at 0: a reported loss above clip_loss x the round's median is lowered to it "
+                    "(with t > 0 a client reporting a huge loss would take all the weight)",
+    )
+    max_update_norm: OffOrRatio = Field(
+        0.0, ge=0.0, le=1e6, allow_inf_nan=False,
+        description="defence, off at 0: an update longer than max_update_norm x the round's median update norm "
+                    "is scaled down to it (a client sending huge weights would be averaged in)",
+    )
