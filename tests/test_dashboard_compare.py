@@ -413,3 +413,31 @@ def test_a_damaged_final_round_is_flagged_and_the_comparison_still_answers(tmp_p
     worst = data["cells"][0]["stats"]["test"]["worst_10"]
     assert worst["n"] == 1 and worst["mean"] == pytest.approx(written[0]["rounds"][ROUNDS]["stats"]["test"]["worst_10"])
     assert data["cells"][0]["curves"]["test"]["worst_10"]["n"] == [2] * ROUNDS  # the columns are intact
+
+
+def test_rounds_without_evaluation_are_gaps_not_zeros(tmp_path):
+    """With an evaluate-every-N setting, rounds 1 and 3 train only: curves, the final round and the CSV know it."""
+    path = tmp_path / "r.db"
+    with ResultsStore(path) as store:
+        store.create_run(run_id="every2", name="every2", scenario=SCENARIO, engine="inprocess", strategy="fedavg",
+                         strategy_params={"tau": 0.0}, seed=0, config_hash="h", config={}, data={}, rounds_planned=4)  # fmt: skip
+        rng = np.random.default_rng(0)
+        for r in range(1, 5):
+            evaluated = r % 2 == 0
+            acc = rng.uniform(0.4, 0.9, DEVICES)
+            examples = np.full(DEVICES, 10)
+            stats = {"test": naive_stats(acc, np.round(acc * 10).astype(int), examples, 1 - acc)} if evaluated else {}
+            rows = [{"partition_id": k, "split": "test", "loss": float(1 - acc[k]), "accuracy": float(acc[k]),
+                     "correct": int(round(acc[k] * 10)), "examples": 10} for k in range(DEVICES)] if evaluated else []  # fmt: skip
+            store.record_round("every2", r, train_rows=[{"partition_id": 0, "train_loss": 0.5, "tilted_weight": 1.0,
+                                                          "num_examples": 10}], eval_rows=rows, stats=stats)  # fmt: skip
+        store.finish_run("every2")
+    with TestClient(create_app(path)) as client:
+        data = client.get("/api/compare?run=every2").json()
+        devices = client.get("/api/runs/every2/devices").json()
+        rows = read_csv(client.get("/api/runs/every2/devices.csv").text)
+    curve = data["cells"][0]["curves"]["test"]["worst_10"]
+    assert curve["round"] == [2, 4] and None not in curve["mean"]
+    assert data["runs"][0]["final"]["test"]["round"] == 4
+    assert devices["round"] == 4 and devices["rounds"] == [2, 4]
+    assert [(r["round"], r["partition_id"]) for r in rows if r["test_accuracy"] == ""] == [("1", "0"), ("3", "0")]
