@@ -35,11 +35,9 @@ from term_fl.dashboard.queries import (
     to_csv,
 )
 from term_fl.jsonable import plain
-from term_fl.keys import EVAL_SPLITS
+from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES
 from term_fl.results import ResultsStore, RunInfo
 from term_fl.strategies.registry import cell_label, strategy_order
-
-SELECTION_SPLIT = {"val": "validation", "test": "test"}  # comparison.select_by_validation's names
 
 
 def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario: str | None = None) -> dict[str, Any]:
@@ -221,7 +219,7 @@ def _mark_chosen(cells: list[dict[str, Any]], infos: Sequence[RunInfo]) -> None:
 
 def _selection_row(cell: Mapping[str, Any]) -> dict[str, Any] | None:
     row: dict[str, Any] = {"strategy": cell["strategy"], "cell": cell["label"], "config_hash": cell["key"]}
-    for split, name in SELECTION_SPLIT.items():
+    for split, name in SUMMARY_NAMES.items():  # comparison.select_by_validation's names
         for key, value in cell["stats"][split].items():
             row[f"{name}.{key}"] = value["mean"]
             row[f"{name}.{key}.se"] = value["se"]
