@@ -323,10 +323,12 @@ def _cells_csv(data: Mapping[str, Any]) -> str:
 
 def _curves_csv(data: Mapping[str, Any]) -> str:
     """Per cell, split, statistic and round: mean, standard error and number of seeds (long format)."""
-    rows = []
-    for c in data["cells"]:
-        for split, curves in c["curves"].items():
-            for key, curve in curves.items():
-                for i, r in enumerate(curve["round"]):
-                    rows.append([c["label"], split, key, r, curve["mean"][i], curve["se"][i], curve["n"][i]])
-    return to_csv(["cell", "split", "statistic", "round", "mean", "se", "n_seeds"], rows)
+    rows = (
+        [c["label"], split, key, *values]
+        for c in data["cells"]
+        for split, curves in c["curves"].items()
+        for key, curve in curves.items()
+        for values in zip(curve["round"], curve["mean"], curve["se"], curve["n"], strict=True)
+    )
+    # the curves are plain JSON values (comparison_cells.curve): no NaN to look for
+    return to_csv(["cell", "split", "statistic", "round", "mean", "se", "n_seeds"], rows, finite=True)

@@ -290,13 +290,20 @@ def _history(run_id: str, pid: int, evals: Mapping[str, Mapping[str, Any]], trai
 # -- CSV ------------------------------------------------------------------------
 
 
-def to_csv(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
-    """CSV text (RFC 4180, ``\\r\\n`` line ends) of ``rows``; None and NaN are empty fields."""
+def to_csv(header: Sequence[str], rows: Iterable[Sequence[Any]], *, finite: bool = False) -> str:
+    """CSV text (RFC 4180, ``\\r\\n`` line ends) of ``rows``; None, NaN and ±inf are empty fields.
+
+    ``finite=True`` says the rows hold no NaN or ±inf already (plain JSON values): they are written as
+    they are, without a look at every value.
+    """
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(header)
-    for row in rows:
-        writer.writerow(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in row])
+    if finite:
+        writer.writerows(rows)  # the csv module writes None as an empty field
+    else:
+        writer.writerows(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in row]
+                         for row in rows)  # fmt: skip
     return out.getvalue()
 
 

@@ -32,7 +32,10 @@ def script_json(obj: Any) -> str:
     ``<``, ``>`` and ``&`` are written as ``\\u003c`` ... so the text can
     neither close the script element nor open a comment; JSON.parse reads them back.
     """
-    text = json.dumps(plain(obj), allow_nan=False, ensure_ascii=False)
+    try:  # the dashboard's answers are plain JSON values already: no second walk through them
+        text = json.dumps(obj, allow_nan=False, ensure_ascii=False)
+    except (TypeError, ValueError):  # numpy values, NaN, ±inf ...: made plain first
+        text = json.dumps(plain(obj), allow_nan=False, ensure_ascii=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
