@@ -31,6 +31,9 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
     p.add_argument("--rounds", type=int, help="shortcut for --set run.rounds=N")
     p.add_argument("--seed", type=int, help="shortcut for --set run.seed=S")
     p.add_argument("--engine", choices=["flower", "inprocess"], help="shortcut for --set run.engine=E")
+    p.add_argument("--executor", choices=["sequential", "cohort"],
+                   help="shortcut for --set run.executor=X (cohort: a round's clients as one batched "
+                        "computation; in-process engine only)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
     p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")
@@ -76,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def resolve_overrides(args: argparse.Namespace) -> dict:
     overrides = parse_overrides(args.overrides)
-    for key, value in (("run.rounds", args.rounds), ("run.seed", args.seed), ("run.engine", args.engine)):
+    for key, value in (("run.rounds", args.rounds), ("run.seed", args.seed), ("run.engine", args.engine),
+                       ("run.executor", args.executor)):
         if value is not None:
             overrides[key] = value
     return overrides

@@ -13,16 +13,17 @@ reply, only the time.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
 from term_fl.config import Scenario
 from term_fl.data import DeviceData, FederatedDataset, dataset_for
-from term_fl.flower_internals import from_array_record, to_array_record
+from term_fl.flower_internals import from_array_record, metric_record, to_array_record
 from term_fl.keys import (
     ARRAYS,
     CONFIG,
@@ -41,9 +42,19 @@ from term_fl.keys import (
 from term_fl.models import TermModel, model_for, set_weights
 from term_fl.node_query import partition_reply
 from term_fl.seeding import derive_seed
-from term_fl.training import as_tensors, evaluate_segments, move_model, resolve_device, train_tensors
+from term_fl.training import (
+    EvalResult,
+    TrainResult,
+    as_tensors,
+    evaluate_segments,
+    move_model,
+    resolve_device,
+    train_tensors,
+)
 
-__all__ = ["DeviceTensors", "Setting", "Workspace", "app", "device_tensors", "make_client_app"]
+__all__ = [
+    "DeviceTensors", "Setting", "Workspace", "app", "device_tensors", "evaluate_reply", "make_client_app", "train_reply",
+]
 
 
 @dataclass(frozen=True, eq=False)
@@ -163,11 +174,16 @@ def train(msg: Message, context: Context, workspace: Workspace) -> Message:
         tau=c.tau,
         seed=derive_seed(scenario.run.seed, int(msg.content[CONFIG][SERVER_ROUND]), pid),
     )
+    return train_reply(msg, pid, result)
+
+
+def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message:
+    """The reply to a train message: the trained weights and the metrics of DESIGN.md ('Metric keys')."""
     before = result.before
-    metrics = MetricRecord(
+    metrics = metric_record(
         {
             NUM_EXAMPLES: int(result.num_examples),
-            PARTITION_ID: pid,
+            PARTITION_ID: partition_id,
             # F_k: tau-tilted loss of the incoming model (the mean loss when tau = 0)
             TRAIN_LOSS: float(before.loss_tilted),
             TRAIN_LOSS_SUM: float(before.loss_sum),
@@ -180,15 +196,19 @@ def train(msg: Message, context: Context, workspace: Workspace) -> Message:
 def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
     """Evaluate the global model on this device's validation and test splits (one forward pass)."""
     _, pid, model, data = _task(msg, context, workspace, training=False)
-    values: dict[str, int | float] = {PARTITION_ID: pid}
-    results = evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends)
+    return evaluate_reply(msg, pid, evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends))
+
+
+def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult]) -> Message:
+    """The reply to an evaluate message: per split of :data:`EVAL_SPLITS` (in order) its loss, accuracy, counts."""
+    values: dict[str, int | float] = {PARTITION_ID: partition_id}
     for split, res in zip(EVAL_SPLITS, results, strict=True):
         values[eval_key(split, "loss")] = res.loss_mean
         values[eval_key(split, "accuracy")] = res.accuracy
         values[eval_key(split, "correct")] = res.correct
         values[eval_key(split, "examples")] = res.examples
     values[NUM_EXAMPLES] = sum(res.examples for res in results)
-    return Message(RecordDict({METRICS: MetricRecord(values)}), reply_to=msg)
+    return Message(RecordDict({METRICS: metric_record(values)}), reply_to=msg)
 
 
 def make_client_app(workspace: Workspace) -> ClientApp:

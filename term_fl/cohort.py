@@ -58,8 +58,10 @@ from term_fl.training import (
     segment_results,
 )
 
-# Rows per device and block in the loss passes (memory only).
-LOSS_ROWS = 256
+# Candidate rows per device and block of the loss pass, and the cost of one block in rows: the
+# width that wastes least (padding of small devices vs one more block of dispatch) is used.
+LOSS_ROWS = (32, 64, 128, 256, 512)
+BLOCK_COST_ROWS = 2048
 # Rows per block when one model is evaluated on many devices' rows (memory only).
 EVAL_ROWS = 65536
 
@@ -97,26 +99,26 @@ class _MLPLayers:
     @staticmethod
     def forward(p: Sequence[Tensor], x: Tensor) -> tuple[Tensor, tuple]:
         w1, b1, w2, b2 = p
-        pre = torch.baddbmm(b1.unsqueeze(2), w1, x.transpose(1, 2))
-        hidden = torch.relu(pre)
-        return torch.baddbmm(b2.unsqueeze(2), w2, hidden), (x, pre, hidden)
+        hidden = torch.baddbmm(b1.unsqueeze(2), w1, x.transpose(1, 2)).relu_()
+        return torch.baddbmm(b2.unsqueeze(2), w2, hidden), (x, hidden)
 
     @staticmethod
     def backward(p: Sequence[Tensor], cache: tuple, g: Tensor) -> list[Tensor]:
-        x, pre, hidden = cache
-        # relu passes no gradient where its input is <= 0 (torch's threshold_backward)
-        g_hidden = torch.bmm(p[2].transpose(1, 2), g).masked_fill_(pre <= 0, 0.0)
+        x, hidden = cache
+        # relu's backward as autograd computes it (no gradient where the output is 0); several
+        # times faster than a boolean mask on the CPU
+        g_hidden = torch.ops.aten.threshold_backward(torch.bmm(p[2].transpose(1, 2), g), hidden, 0)
         return [torch.bmm(g_hidden, x), g_hidden.sum(2), torch.bmm(g, hidden.transpose(1, 2)), g.sum(2)]
 
 
-def _hinge_grad(scores: Tensor, y_pm: Tensor, weight: Tensor) -> Tensor:
-    """d/ds of ``sum_i weight_i max(0, 1 - y_i s_i)`` (scores ``(k, 1, B)``, labels -1/+1).
+def _hinge_grad(scores: Tensor, y_pm: Tensor, coef: Tensor) -> Tensor:
+    """d/ds of ``sum_i weight_i max(0, 1 - y_i s_i)`` (scores ``(k, 1, B)``, labels -1/+1), ``coef = -weight y``.
 
-    ``-weight_i y_i`` where ``1 - y_i s_i >= 0`` (torch's ``clamp(min=0)``
-    passes the gradient at 0); in float32 that is ``y_i s_i <= 1`` exactly,
-    as ``y s`` is exact and ``1 - y s`` is exact near 1.
+    ``coef_i`` where ``1 - y_i s_i >= 0`` (torch's ``clamp(min=0)`` passes
+    the gradient at 0); in float32 that is ``y_i s_i <= 1`` exactly, as
+    ``y s`` is exact and ``1 - y s`` is exact near 1.
     """
-    return torch.where(y_pm * scores.squeeze(1) <= 1.0, -(y_pm * weight), 0.0).unsqueeze(1)
+    return torch.where(y_pm * scores.squeeze(1) <= 1.0, coef, 0.0).unsqueeze(1)
 
 
 def _cross_entropy_grad(scores: Tensor, y: Tensor, weight: Tensor) -> Tensor:
@@ -152,8 +154,13 @@ def _kernel(model: TermModel) -> _Kernel:
     return kernel
 
 
+def _losses(model: TermModel, kernel: _Kernel, scores: Tensor, y: Tensor) -> Tensor:
+    """The model's own ``per_sample_loss`` on scores ``(k, C, B)`` -> ``(k, B)``."""
+    return model.per_sample_loss(scores.squeeze(1) if kernel.binary else scores, y)
+
+
 def _losses_and_hits(model: TermModel, kernel: _Kernel, scores: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
-    """The model's own ``per_sample_loss`` and ``predict == y`` on scores ``(k, C, B)`` -> ``(k, B)`` each."""
+    """:func:`_losses` and the model's own ``predict == y``, ``(k, B)`` each."""
     if kernel.binary:
         scores = scores.squeeze(1)
     return model.per_sample_loss(scores, y), model.predict(scores) == y
@@ -288,29 +295,33 @@ def train_cohort(
 
     layers = kernel.layers
     state = dict(model.named_parameters())
-    incoming = [state[name].detach() for name in layers.names]
     num = len(sizes_np)
     plan = _schedule(starts_np, sizes_np, epochs=epochs, batch_size=batch_size, seeds=seeds, device=x.device)
-    params = [p.unsqueeze(0).repeat(num, *([1] * p.ndim)) for p in incoming]
+    params = [state[name].detach().unsqueeze(0).repeat(num, *([1] * state[name].ndim)) for name in layers.names]
     penalised = [layers.names.index(name) for name in layers.penalised] if model.l2 != 0.0 else []
-    labels = (2.0 * y.to(torch.float32) - 1.0) if kernel.binary else y
     tilt = not negligible_tilt(tau, torch.float32)
-    mean_weight = plan.mask / plan.count.clamp(min=1.0).unsqueeze(2)  # the mean's 1/n on each real row
+    # every step's labels in one gather, and the mean's weight 1/n on each real row of a batch (tau = 0)
+    y_steps = y.index_select(0, plan.rows.reshape(-1)).view(plan.rows.shape)
+    mean_weight = plan.mask / plan.count.clamp(min=1.0).unsqueeze(2)
+    if kernel.binary:
+        y_pm = 2.0 * y_steps.to(torch.float32) - 1.0  # labels as -1/+1, as LinearSVM.per_sample_loss
+        hinge_coef = -(y_pm * mean_weight)
 
     with torch.no_grad():
         for step, k in enumerate(plan.active):
-            rows = plan.rows[step, :k].reshape(-1)
-            xb = x.index_select(0, rows).view(k, batch_size, -1)
-            yb = labels.index_select(0, rows).view(k, batch_size)
+            xb = x.index_select(0, plan.rows[step, :k].reshape(-1)).view(k, batch_size, -1)
             p = [t[:k] for t in params]
             scores, cache = layers.forward(p, xb)
             if tilt:
-                yi = y.index_select(0, rows).view(k, batch_size) if kernel.binary else yb
-                losses, _ = _losses_and_hits(model, kernel, scores, yi)
+                losses = _losses(model, kernel, scores, y_steps[step, :k])
                 weight = _tilt_weights(losses, plan.mask[step, :k], plan.count[step, :k], tau)
             else:
                 weight = mean_weight[step, :k]
-            g_scores = _hinge_grad(scores, yb, weight) if kernel.binary else _cross_entropy_grad(scores, yb, weight)
+            if kernel.binary:
+                coef = -(y_pm[step, :k] * weight) if tilt else hinge_coef[step, :k]
+                g_scores = _hinge_grad(scores, y_pm[step, :k], coef)
+            else:
+                g_scores = _cross_entropy_grad(scores, y_steps[step, :k], weight)
             grads = layers.backward(p, cache, g_scores)
             for i in penalised:
                 grads[i].add_(p[i], alpha=model.l2)
@@ -322,17 +333,16 @@ def train_cohort(
                 on_step(step, plan.order[:k].tolist(), dict(zip(layers.names, p)))
 
         sorted_sizes = sizes_np[plan.order]
-        before, after = _before_and_after(
-            model, kernel, incoming, params, x, y, starts_np[plan.order], sorted_sizes
-        )
-    before_results = segment_results(before[0], before[1], np.cumsum(sorted_sizes).tolist(), tau)
-    loss_after = after.cpu().numpy() / sorted_sizes
+        loss_after = _mean_losses(model, kernel, params, x, y, starts_np[plan.order], sorted_sizes)
+    # the incoming model is one model: one pass over every device's rows, large products
+    own = torch.from_numpy(np.concatenate([np.arange(s, s + n) for s, n in zip(starts_np, sizes_np)])).to(x.device)
+    before = evaluate_cohort(model, x.index_select(0, own), y.index_select(0, own), np.cumsum(sizes_np).tolist(), tau)
     host = [t.cpu().numpy() for t in params]
     results: list[TrainResult | None] = [None] * num
     for j, i in enumerate(plan.order):
         results[i] = TrainResult(
             weights={name: values[j] for name, values in zip(layers.names, host)},
-            before=before_results[j],
+            before=before[i],
             loss_after=float(loss_after[j]),
             num_examples=int(sizes_np[i]),
             steps=int(plan.steps[i]),
@@ -340,48 +350,29 @@ def train_cohort(
     return results  # type: ignore[return-value]
 
 
-def _before_and_after(
-    model: TermModel,
-    kernel: _Kernel,
-    incoming: list[Tensor],
-    trained: list[Tensor],
-    x: Tensor,
-    y: Tensor,
-    starts: np.ndarray,
-    sizes: np.ndarray,
-) -> tuple[tuple[Tensor, Tensor], Tensor]:
-    """The incoming model's per-sample losses and hits on every device's rows, and each trained model's loss sum.
+def _mean_losses(
+    model: TermModel, kernel: _Kernel, params: list[Tensor], x: Tensor, y: Tensor, starts: np.ndarray, sizes: np.ndarray
+) -> np.ndarray:
+    """Each device's mean data loss under its own parameters, on its rows (devices sorted by size, largest first).
 
-    Devices sorted by size, largest first. The first two are flat, device
-    after device (for :func:`term_fl.training.segment_results`); the sums
-    are float64, one per device. One gather of each block of rows serves both models.
+    Blocks of rows per device (a width from :data:`LOSS_ROWS`), the devices
+    that still have rows forming a prefix; per-sample losses summed in float64.
     """
     device = x.device
-    total_rows = int(sizes.sum())
-    # flat buffers with one spare slot that padded rows write to
-    before_loss = torch.zeros(total_rows + 1, dtype=torch.float32, device=device)
-    before_hit = torch.zeros(total_rows + 1, dtype=torch.bool, device=device)
-    after_sum = torch.zeros(len(sizes), dtype=torch.float64, device=device)
+    total = torch.zeros(len(sizes), dtype=torch.float64, device=device)
     starts_t = torch.from_numpy(starts).to(device)
     sizes_t = torch.from_numpy(sizes).to(device)
-    flat_t = torch.from_numpy(np.cumsum(sizes) - sizes).to(device)
-    for first in range(0, int(sizes[0]), LOSS_ROWS):
+    block = min(LOSS_ROWS, key=lambda w: int(np.ceil(sizes / w).sum()) * w + BLOCK_COST_ROWS * -(-int(sizes[0]) // w))
+    for first in range(0, int(sizes[0]), block):
         k = int(np.count_nonzero(sizes > first))
-        width = min(LOSS_ROWS, int(sizes[0]) - first)
+        width = min(block, int(sizes[0]) - first)
         offset = torch.arange(first, first + width, device=device)
         mask = offset.unsqueeze(0) < sizes_t[:k].unsqueeze(1)
         rows = torch.where(mask, starts_t[:k].unsqueeze(1) + offset, 0).reshape(-1)
-        xb = x.index_select(0, rows).view(k, width, -1)
-        yb = y.index_select(0, rows).view(k, width)
-        global_scores, _ = kernel.layers.forward([p.expand(k, *p.shape) for p in incoming], xb)
-        loss, hit = _losses_and_hits(model, kernel, global_scores, yb)
-        slots = torch.where(mask, flat_t[:k].unsqueeze(1) + offset, total_rows).reshape(-1)
-        before_loss.index_put_((slots,), loss.reshape(-1))
-        before_hit.index_put_((slots,), hit.reshape(-1))
-        scores, _ = kernel.layers.forward([p[:k] for p in trained], xb)
-        loss, _ = _losses_and_hits(model, kernel, scores, yb)
-        after_sum[:k] += torch.where(mask, loss.double(), 0.0).sum(1)
-    return (before_loss[:total_rows], before_hit[:total_rows]), after_sum
+        scores, _ = kernel.layers.forward([p[:k] for p in params], x.index_select(0, rows).view(k, width, -1))
+        loss = _losses(model, kernel, scores, y.index_select(0, rows).view(k, width))
+        total[:k] += torch.where(mask, loss.double(), 0.0).sum(1)
+    return total.cpu().numpy() / sizes
 
 
 def evaluate_cohort(model: TermModel, x: Tensor, y: Tensor, ends: Sequence[int], tau: float = 0.0) -> list[EvalResult]:

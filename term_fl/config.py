@@ -87,6 +87,11 @@ class RunConfig(_Table):
     engine: Literal["flower", "inprocess"] = Field(
         "flower", description="flower: Flower's Simulation Engine (Ray); inprocess: same code, one process"
     )
+    executor: Literal["sequential", "cohort"] = Field(
+        "sequential",
+        description="in-process engine only: sequential trains clients one by one (the reference); "
+        "cohort trains a round's clients as one batched computation (equal to float32 rounding)",
+    )
     evaluate_fraction: float = Field(
         1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"
     )
@@ -546,7 +551,9 @@ def config_hash(scenario: Scenario) -> str:
     """Hash of what a run computes, without seeds: groups the seeds of one sweep cell.
 
     Left out: seeds, names and the description, the sweep and selection
-    tables, the engine (both give the same numbers), timeouts and
+    tables, the engine (both give the same numbers), the sequential executor
+    (the reference; the cohort executor is in: it agrees with it to float32
+    rounding per step, not bit for bit), timeouts and
     ``run.max_failed_rounds``, the per-client resources, the parameters the
     strategy does not use, and ``data.path``: a synthetic scenario does not
     read it (so ``TERM_FL_VEHICLE_DATA`` set in one shell and not in another
@@ -560,6 +567,8 @@ def config_hash(scenario: Scenario) -> str:
             raw[table].pop(key, None)
     for table in ("sweep", "selection", "description", "name", "resources"):
         raw.pop(table, None)
+    if raw["run"].get("executor") == "sequential":
+        raw["run"].pop("executor")  # hashes from before run.executor existed stay valid
     # data.sha256 is what the check expects; the vehicle data counts by its actual content
     if scenario.data.name == "vehicle" and scenario.data.path:
         raw["data"]["sha256"] = file_digest(scenario.data.path)

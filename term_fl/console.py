@@ -100,11 +100,12 @@ def clients_words(scenario: Scenario) -> str:
         device = resolve_device(scenario.client.device)
     except (RuntimeError, ValueError) as exc:
         return f"clients: {exc}"
+    together = ", a round's clients together (cohort executor)" if scenario.run.executor == "cohort" else ""
     if device.type == "cpu":
-        return "clients train on the CPU"
+        return f"clients train on the CPU{together}"
     share = scenario.resources.num_gpus
     per_gpu = f", {1 / share:g} clients per GPU" if scenario.run.engine == "flower" and share else ""
-    return f"clients train on CUDA ({device}{per_gpu})"
+    return f"clients train on CUDA ({device}{per_gpu}){together}"
 
 
 def run_header(scenario: Scenario, num_devices: int) -> Group:

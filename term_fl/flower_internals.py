@@ -6,6 +6,8 @@ much (each measured: benchmarks/README.md). All of it lives here:
 - the Array codec (:func:`to_array`, :func:`from_array` and the record
   versions): byte-identical to Flower's ``Array(ndarray)`` / ``Array.numpy()``,
   without parsing the ``.npy`` header of every array;
+- :func:`metric_record`: a client's MetricRecord without a Python check per
+  item (the replies of a round of thousands of clients);
 - :func:`records_of`: the records of one type in a RecordDict, without the
   synchronised typed views (``content.metric_records`` ...) Flower builds per call;
 - :func:`set_message_id` and :func:`act_as_serverapp`: the in-process engine
@@ -114,13 +116,20 @@ def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 
 
 def to_array(value: np.ndarray) -> Array:
-    """A Flower ``Array`` holding ``value`` (the bytes ``Array(value)`` would hold)."""
+    """A Flower ``Array`` holding ``value`` (the bytes ``Array(value)`` would hold).
+
+    The fast path also skips ``Array.__init__``'s argument dispatch and checks
+    (its fields are set as that constructor sets them).
+    """
     value = np.asarray(value)
     if value.dtype.hasobject or not value.flags.c_contiguous or not fast_paths():
         return Array(value)
     shape = value.shape
-    data = _header(value.dtype, shape) + value.tobytes()
-    return Array(dtype=str(value.dtype), shape=shape, stype=NUMPY_STYPE, data=data)
+    array = Array.__new__(Array)
+    array.__dict__.update(
+        dtype=str(value.dtype), shape=shape, stype=NUMPY_STYPE, data=_header(value.dtype, shape) + value.tobytes()
+    )
+    return array
 
 
 def from_array(array: Array) -> np.ndarray:
@@ -143,12 +152,32 @@ def to_array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     """An ``ArrayRecord`` of ``arrays`` (keys in order).
 
     Filled item by item: ``ArrayRecord(dict_of_arrays)`` would copy every
-    ``Array`` once more.
+    ``Array`` once more; the fast path fills its dictionary directly (the keys
+    are strings and the values Arrays, which is all its checks check).
     """
     record = ArrayRecord()
+    if fast_paths():
+        record.__dict__["_data"] = {str(key): to_array(value) for key, value in arrays.items()}
+        return record
     for key, value in arrays.items():
         record[key] = to_array(value)
     return record
+
+
+def metric_record(values: Mapping[str, int | float]) -> MetricRecord:
+    """A ``MetricRecord`` of the ints and floats a client computed.
+
+    ``MetricRecord(values)`` checks every key and value in Python (a cost per
+    reply that matters when a round answers thousands of messages); the fast
+    path fills its dictionary directly, after one check that every value is a
+    plain int or float (anything else takes Flower's checked constructor, and
+    its error).
+    """
+    if fast_paths() and all(type(v) in (int, float) and type(k) is str for k, v in values.items()):
+        record = MetricRecord()
+        record.__dict__["_data"] = dict(values)
+        return record
+    return MetricRecord(dict(values))
 
 
 def from_array_record(record: ArrayRecord) -> dict[str, np.ndarray]:

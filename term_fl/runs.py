@@ -140,6 +140,7 @@ def build_summary(
         "status": status,
         "scenario": scenario.name,
         "engine": scenario.run.engine,
+        "executor": scenario.run.executor,
         "strategy": {"name": scenario.strategy.name, **scenario.strategy_params()},
         "seed": scenario.run.seed,
         "rounds_planned": scenario.run.rounds,

@@ -134,7 +134,8 @@ def run_sweep(
     out_dir.mkdir(parents=True, exist_ok=True)
     cells = sweep_cells(scenario)
     console.print(
-        f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} -> {out_dir}"
+        f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} "
+        f"(executor {scenario.run.executor}) -> {out_dir}"
     )
     summaries: list[dict[str, Any]] = []
     failed = 0

@@ -80,7 +80,7 @@ def test_sweep_runs_each_distinct_cell_and_writes_the_comparison(tmp_path, capsy
     out, db = tmp_path / "sweep", tmp_path / "r.db"
     assert main(["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]) == 0
     printed = capsys.readouterr().out
-    assert "6 cells on engine inprocess" in printed  # fedavg x 2 seeds + term x 2 t x 2 seeds
+    assert "6 cells on engine inprocess (executor sequential)" in printed  # fedavg x 2 seeds + term x 2 t x 2 seeds
     rows = list(csv.DictReader((out / "comparison.csv").open()))
     assert sorted(r["cell"] for r in rows) == ["fedavg", "term t=1", "term t=5"]
     assert all(r["n"] == "2" for r in rows)

@@ -100,7 +100,8 @@ def test_batched_gradients_equal_autograd_of_each_devices_own_tilted_loss(name, 
         flat = scores.squeeze(1) if kernel.binary else scores
         weight = _tilt_weights(models[0].per_sample_loss(flat, y), mask, count, tau)
     if kernel.binary:
-        g = _hinge_grad(scores, 2.0 * y.float() - 1.0, weight)
+        y_pm = 2.0 * y.float() - 1.0
+        g = _hinge_grad(scores, y_pm, -(y_pm * weight))
     else:
         g = _cross_entropy_grad(scores, y, weight)
     grads = kernel.layers.backward(p, cache, g)
@@ -121,7 +122,7 @@ def test_hinge_gradient_passes_at_a_margin_of_exactly_zero_like_clamp():
     y_pm = torch.tensor([[1.0, -1.0, 1.0, 1.0]])
     s = scores.squeeze(1).clone().requires_grad_()
     torch.clamp(1.0 - y_pm * s, min=0.0).sum().backward()
-    got = _hinge_grad(scores, y_pm, torch.ones(1, 4)).squeeze(1)
+    got = _hinge_grad(scores, y_pm, -y_pm).squeeze(1)
     assert torch.equal(got, s.grad)  # margins 0, 0, 0.5, -1: gradient -y, -y, -y, 0
 
 

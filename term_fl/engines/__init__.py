@@ -49,9 +49,15 @@ def run_scenario(
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
-    """Run one scenario on the engine ``scenario.run.engine`` names."""
+    """Run one scenario on the engine ``scenario.run.engine`` names (and, in-process, ``run.executor``)."""
     from term_fl.federation import run_federation
 
+    if scenario.run.executor != "sequential" and scenario.run.engine != "inprocess":
+        raise ConfigError(
+            f"run.executor = {scenario.run.executor!r} needs run.engine = 'inprocess' (got "
+            f"{scenario.run.engine!r}): Flower's engine runs every client as its own ClientApp; use "
+            "--engine inprocess (or --set run.engine=inprocess), or run.executor = 'sequential'"
+        )
     check_machine(scenario)
     dataset = dataset_for(scenario)
     num_nodes = dataset.num_devices
@@ -61,7 +67,13 @@ def run_scenario(
         from term_fl.engines.client_cache import ClientCache
         from term_fl.engines.inprocess import InProcessGrid
 
-        grid = InProcessGrid(make_client_app(ClientCache()), num_nodes)  # the run's own client caches
+        cache = ClientCache()  # the run's own client caches, shared with its cohort executor
+        executor = None
+        if scenario.run.executor == "cohort":
+            from term_fl.engines.cohort import CohortExecutor
+
+            executor = CohortExecutor(cache)
+        grid = InProcessGrid(make_client_app(cache), num_nodes, executor=executor)
         return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset)
     from term_fl.engines.flower import run_flower_simulation
 

@@ -7,11 +7,15 @@ sample by partition-id to be reproducible, exactly as with Flower.
 
 Replies are computed when messages are pushed, one client at a time, with
 ``torch.set_num_threads(1)`` as in Flower's virtual clients; a client that
-raises becomes an error reply, as in Flower's Simulation Engine.
+raises becomes an error reply, as in Flower's Simulation Engine. With an
+``executor`` (``run.executor = "cohort"``, :mod:`term_fl.engines.cohort`)
+a batch of train or evaluate messages is answered by one batched
+computation instead, also single-threaded.
 """
 
 from __future__ import annotations
 
+import gc
 import secrets
 import traceback
 from collections.abc import Iterable
@@ -22,6 +26,7 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
+from term_fl.engines.cohort import CohortExecutor
 from term_fl.flower_internals import Run, act_as_serverapp, set_message_id
 from term_fl.keys import NUM_PARTITIONS, PARTITION_ID
 
@@ -31,13 +36,20 @@ CLIENT_APP_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 class InProcessGrid(Grid):
     """A Grid over ``num_nodes`` virtual nodes that run ``client_app`` in this process."""
 
-    def __init__(self, client_app: ClientApp, num_nodes: int, node_ids: Iterable[int] | None = None) -> None:
+    def __init__(
+        self,
+        client_app: ClientApp,
+        num_nodes: int,
+        node_ids: Iterable[int] | None = None,
+        executor: CohortExecutor | None = None,
+    ) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1 (got {num_nodes})")
         ids = list(node_ids) if node_ids is not None else _random_node_ids(num_nodes)
         if len(ids) != num_nodes or len(set(ids)) != num_nodes:
             raise ValueError("node_ids must hold num_nodes distinct ids")
         self._client_app = client_app
+        self._executor = executor
         self._run = Run.create_empty(run_id=secrets.randbits(63))
         self._contexts = {
             node_id: Context(
@@ -72,13 +84,25 @@ class InProcessGrid(Grid):
         ids = []
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
+        # The cyclic garbage collector is paused while a batch is answered: the replies allocate
+        # many small objects and no reference cycles, and a collection every 700 allocations that
+        # walks everything alive cost a cohort round of 1,000 MLP clients a fifth of its time.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
+            messages = list(messages)
             for msg in messages:
                 set_message_id(msg, str(uuid4()))
-                self._replies[msg.metadata.message_id] = self._deliver(msg)
                 ids.append(msg.metadata.message_id)
+            replies = self._executor.replies(messages, self._contexts) if self._executor is not None else None
+            if replies is None:
+                replies = [self._deliver(msg) for msg in messages]
+            for mid, reply in zip(ids, replies, strict=True):
+                self._replies[mid] = reply
         finally:
             torch.set_num_threads(threads)
+            if collecting:
+                gc.enable()
         return ids
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102

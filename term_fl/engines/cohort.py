@@ -1,0 +1,221 @@
+"""The cohort executor of the in-process engine: a round's messages answered by one batched computation.
+
+``run.executor = "cohort"`` hands each batch of train (or evaluate) messages
+that the in-process Grid receives to :class:`CohortExecutor`, which trains
+(or evaluates) every addressed device together with
+:func:`term_fl.cohort.train_cohort` (:func:`term_fl.cohort.evaluate_cohort`)
+and answers each message with the reply term-fl's ClientApp would send
+(:func:`term_fl.client_app.train_reply` / :func:`~term_fl.client_app.evaluate_reply`):
+same keys, same seeds per (run seed, round, partition-id), values equal to
+float32 rounding. The Grid delivers a batch message by message, as with the
+sequential executor, when the executor declines it: a model other than the
+built-in ones (said once in the log), messages that do not share one
+scenario and one global-model record, or a batch that fails as a whole (so
+each failing client becomes its own error reply, as in Flower; the rest of
+that run then goes message by message too, said once).
+
+The executor works over the run's ClientCache (the same parsed scenario,
+dataset and worker model as its ClientApp) and keeps every device's rows in
+one tensor per split group on the client device (``client.device``; on CUDA
+they stay there between rounds), built once per scenario.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from flwr.app import ArrayRecord, Context, Message, MessageType
+
+from term_fl.client_app import Setting, Workspace, evaluate_reply, train_reply
+from term_fl.cohort import evaluate_cohort, supports, train_cohort
+from term_fl.data import FederatedDataset
+from term_fl.keys import ARRAYS, CONFIG, EVAL_SPLITS, PARTITION_ID, SCENARIO, SERVER_ROUND
+from term_fl.models import TermModel
+from term_fl.seeding import derive_seed
+from term_fl.training import as_tensors
+
+log = logging.getLogger("term_fl")
+
+
+@dataclass(frozen=True)
+class FederationTensors:
+    """Every device's splits as checked tensors on one torch device, devices one after another.
+
+    Device k's training rows are ``x_train[train_starts[k] : train_starts[k] + train_sizes[k]]``;
+    its evaluation rows (the splits of :data:`EVAL_SPLITS`, stacked in that
+    order) start at ``eval_starts[k]`` with ``eval_sizes[k]`` rows per split.
+    """
+
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    train_starts: np.ndarray  # (D,)
+    train_sizes: np.ndarray  # (D,)
+    x_eval: torch.Tensor
+    y_eval: torch.Tensor
+    eval_starts: np.ndarray  # (D,)
+    eval_sizes: np.ndarray  # (D, len(EVAL_SPLITS))
+
+    @classmethod
+    def build(cls, dataset: FederatedDataset, model: TermModel, device: torch.device) -> FederationTensors:
+        """Every device of ``dataset`` checked against ``model`` (as the ClientApp checks one) and stacked."""
+        devices = [dataset.device(k) for k in range(dataset.num_devices)]
+        x_train, y_train = as_tensors(
+            model, np.concatenate([d.x_train for d in devices]), np.concatenate([d.y_train for d in devices]), device
+        )
+        splits = [[d.split(name) for name in EVAL_SPLITS] for d in devices]
+        x_eval, y_eval = as_tensors(
+            model,
+            np.concatenate([x for per_device in splits for x, _ in per_device]),
+            np.concatenate([y for per_device in splits for _, y in per_device]),
+            device,
+        )
+        train_sizes = np.array([len(d.y_train) for d in devices], dtype=np.int64)
+        eval_sizes = np.array([[len(y) for _, y in per_device] for per_device in splits], dtype=np.int64)
+        return cls(
+            x_train=x_train,
+            y_train=y_train,
+            train_starts=np.cumsum(train_sizes) - train_sizes,
+            train_sizes=train_sizes,
+            x_eval=x_eval,
+            y_eval=y_eval,
+            eval_starts=np.cumsum(eval_sizes.sum(1)) - eval_sizes.sum(1),
+            eval_sizes=eval_sizes,
+        )
+
+
+class CohortExecutor:
+    """Answers a batch of train or evaluate messages for term-fl's ClientApp in one batched computation.
+
+    Owned by one :class:`term_fl.engines.inprocess.InProcessGrid`. ``workspace``
+    is the run's :class:`~term_fl.engines.client_cache.ClientCache`, shared
+    with its ClientApp: the same parsed scenario, dataset and global-model
+    worker. The executor keeps, per setting, every device's splits stacked
+    (:class:`FederationTensors`), or that it declines the setting.
+    """
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._workspace = workspace
+        self._tensors: weakref.WeakKeyDictionary[Setting, FederationTensors | None] = weakref.WeakKeyDictionary()
+        self._declined: set[str] = set()  # reasons already logged
+
+    def replies(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> list[Message] | None:
+        """The replies to ``messages`` in their order, or None when the Grid should deliver them one by one."""
+        if not messages:
+            return None
+        kind = messages[0].metadata.message_type
+        if kind not in (MessageType.TRAIN, MessageType.EVALUATE) or any(
+            m.metadata.message_type != kind or m.metadata.dst_node_id not in contexts for m in messages
+        ):
+            return None
+        shared = _shared_content(messages)
+        if shared is None:
+            self._decline("the messages of a batch do not share one scenario and one global-model record")
+            return None
+        scenario_json, arrays = shared
+        setting = self._workspace.setting(scenario_json)
+        pids = [int(contexts[m.metadata.dst_node_id].node_config[PARTITION_ID]) for m in messages]
+        if any(not 0 <= pid < setting.dataset.num_devices for pid in pids):
+            return None  # the ClientApp reports the bad partition, client by client
+        if self._tensors.get(setting, False) is None:
+            return None
+        try:
+            model = self._workspace.model(setting, arrays, training=False)  # not changed by the cohort
+            tensors = self._tensors_of(setting, model)
+            if tensors is None:
+                return None
+            if kind == MessageType.TRAIN:
+                server_round = int(messages[0].content[CONFIG][SERVER_ROUND])
+                return self._train(setting, model, tensors, messages, pids, server_round)
+            return self._evaluate(setting, model, tensors, messages, pids)
+        except Exception as exc:  # a client's failure becomes its own error reply on the sequential path
+            self._tensors[setting] = None  # and the rest of the run goes that way too: no failing cohort per round
+            self._decline(f"a cohort failed ({type(exc).__name__}: {exc}); the rest of this run trains "
+                          "client by client")
+            return None
+
+    # -- the two kinds of batch ------------------------------------------------------
+    @staticmethod
+    def _train(
+        setting: Setting, model: TermModel, tensors: FederationTensors, messages: Sequence[Message],
+        pids: list[int], server_round: int,
+    ) -> list[Message]:
+        scenario = setting.scenario
+        c = scenario.client
+        results = train_cohort(
+            model,
+            tensors.x_train,
+            tensors.y_train,
+            tensors.train_starts[pids],
+            tensors.train_sizes[pids],
+            lr=c.lr,
+            epochs=c.epochs,
+            batch_size=c.batch_size,
+            weight_decay=c.weight_decay,
+            tau=c.tau,
+            seeds=[derive_seed(scenario.run.seed, server_round, pid) for pid in pids],
+        )
+        return [train_reply(msg, pid, result) for msg, pid, result in zip(messages, pids, results, strict=True)]
+
+    @staticmethod
+    def _evaluate(
+        setting: Setting, model: TermModel, tensors: FederationTensors, messages: Sequence[Message], pids: list[int],
+    ) -> list[Message]:
+        splits = len(EVAL_SPLITS)
+        sizes = tensors.eval_sizes[pids]
+        if pids == list(range(len(tensors.eval_sizes))):
+            x, y = tensors.x_eval, tensors.y_eval
+        else:
+            starts = tensors.eval_starts[pids]
+            rows = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, sizes.sum(1))])
+            index = torch.from_numpy(rows).to(setting.device)
+            x, y = tensors.x_eval.index_select(0, index), tensors.y_eval.index_select(0, index)
+        results = evaluate_cohort(model, x, y, np.cumsum(sizes.reshape(-1)).tolist())
+        return [
+            evaluate_reply(msg, pid, results[i * splits : (i + 1) * splits])
+            for i, (msg, pid) in enumerate(zip(messages, pids, strict=True))
+        ]
+
+    # -- what the executor keeps per setting --------------------------------------------
+    def _tensors_of(self, setting: Setting, model: TermModel) -> FederationTensors | None:
+        if setting in self._tensors:
+            return self._tensors[setting]
+        tensors = None
+        if not supports(model):
+            self._decline(
+                f"model {type(model).__name__} ({setting.scenario.model.name}) is not one of the built-in models "
+                "it batches; its clients train one after another"
+            )
+        else:
+            try:
+                tensors = FederationTensors.build(setting.dataset, model, setting.device)
+            except (ValueError, RuntimeError) as exc:
+                self._decline(f"the devices' data cannot be stacked ({exc})")
+        self._tensors[setting] = tensors
+        return tensors
+
+    def _decline(self, reason: str) -> None:
+        if reason not in self._declined:
+            self._declined.add(reason)
+            log.warning("cohort executor: %s; falling back to the sequential executor", reason)
+
+
+def _shared_content(messages: Sequence[Message]) -> tuple[str, ArrayRecord] | None:
+    """The scenario and the global-model record every message carries, or None if they differ."""
+    first = messages[0].content
+    try:
+        arrays = first[ARRAYS]
+        scenario_json = str(first[CONFIG][SCENARIO])
+        for msg in messages[1:]:
+            content = msg.content
+            if content is not first and (
+                content[ARRAYS] is not arrays or str(content[CONFIG][SCENARIO]) != scenario_json
+            ):
+                return None
+    except KeyError:
+        return None
+    return scenario_json, arrays
