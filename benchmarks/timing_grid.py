@@ -3,7 +3,7 @@
 Wrapping the Grid a ServerApp receives times rounds without touching the
 server loop or the strategy: every ``send_and_receive`` call is logged with
 its message type (train / evaluate / query), number of messages and replies,
-start and end (``time.perf_counter``).
+start and end (``time.perf_counter``) and the process's CPU time during it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ class Call:
     replies: int
     start: float
     end: float
+    cpu_s: float = 0.0  # this process's CPU time during the call (time.process_time)
 
     @property
     def duration(self) -> float:
@@ -60,9 +61,9 @@ class TimingGrid(Grid):
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:  # noqa: D102
         messages = list(messages)
         kind = messages[0].metadata.message_type if messages else "none"
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         replies = list(self._inner.send_and_receive(messages, timeout=timeout))
-        call = Call(kind, len(messages), len(replies), start, time.perf_counter())
+        call = Call(kind, len(messages), len(replies), start, time.perf_counter(), time.process_time() - cpu)
         self.calls.append(call)
         if self._on_call is not None:
             self._on_call(call)

@@ -31,6 +31,8 @@ NUMERIC = {
     + [("ratios", "history", "api_runs"), ("ratios", "rounds", "report")],
     "discovery": [("points", "query", "discovery_s"), ("points", "engine", "discovery_s"),
                   ("points", "query", "wall_s"), ("points", "engine", "wall_s")],
+    "cohort": [("vehicle", "client_ratio"), ("vehicle", "table_ratio"), ("vehicle", "cohort", "client_round_median_s"),
+               ("synthetic", "logreg-60", "ratio"), ("synthetic", "mlp-60", "ratio"), ("floor", "mlp-60", "floor_s")],
 }
 SCALE_POINT = [("round_median_s",), ("discovery_s",), ("startup_to_server_s",), ("memory", "peak_rss_bytes")]
 
@@ -94,6 +96,7 @@ def test_the_benchmarks_that_need_no_ray_run_without_it(tmp_path):
 
     out = tmp_path / "r.json"
     code = ("import sys; sys.modules['ray'] = None\n"
+            "import benchmarks.cohort, benchmarks.cohort_equivalence\n"  # the cohort group needs no Ray either
             "from benchmarks.__main__ import main\n"
             f"sys.exit(main(['--only', 'store,vehicle_table', '--out', {str(out)!r}]))")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
