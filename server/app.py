@@ -14,6 +14,7 @@ from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.superlink.grid import InMemoryGrid
 
 from term_fl.config import load_scenario
 from term_fl.federation import RoundRecord, run_federation
@@ -21,13 +22,21 @@ from term_fl.results import ResultsStore
 from term_fl.runs import RunRecorder, run_id_for
 
 APP_DIR = Path(__file__).resolve().parent.parent
+# Flower's Simulation Engine registers its virtual SuperNodes at once, right
+# after the ServerApp starts: a count that stays below the scenario's devices
+# this long is a too-small num-supernodes, not slow SuperNodes.
+SIMULATION_SETTLE_S = 3.0
 log = logging.getLogger("flwr")
 
 app = ServerApp()
 
 
 def results_root(run_config_value: str) -> Path:
-    """Where runs land: the run config's results-dir, else $TERM_FL_HOME, else ~/.term-fl."""
+    """Where runs land: the run config's results-dir, else $TERM_FL_HOME, else ~/.term-fl.
+
+    The layout is ``term-fl run``'s: run directories ``ROOT/<run id>`` beside
+    the store ``ROOT/results.db``.
+    """
     root = run_config_value or os.environ.get("TERM_FL_HOME") or "~/.term-fl"
     return Path(root).expanduser().resolve()
 
@@ -50,7 +59,8 @@ def main(grid: Grid, context: Context) -> None:
     scenario = load_scenario(scenario_path or None, shlex.split(str(cfg.get("overrides", "") or "")))
     root = results_root(str(cfg.get("results-dir", "") or ""))
     run_id = run_id_for(scenario)
+    settle_s = SIMULATION_SETTLE_S if isinstance(grid, InMemoryGrid) else None
     with ResultsStore(root / "results.db") as store:
-        recorder = RunRecorder(store, root / "runs" / run_id, run_id=run_id)
-        run_federation(grid, scenario, recorder, on_round=_log_round)
-    log.info("term-fl: run %s written to %s", run_id, root / "runs" / run_id)
+        recorder = RunRecorder(store, root / run_id, run_id=run_id)
+        run_federation(grid, scenario, recorder, on_round=_log_round, node_settle_s=settle_s)
+    log.info("term-fl: run %s written to %s", run_id, root / run_id)

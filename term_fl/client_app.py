@@ -34,9 +34,9 @@ from term_fl.keys import (
     PARTITION_ID,
     SCENARIO,
     SERVER_ROUND,
-    TRAIN_LOSS,
+    TRAIN_LOSS_BEFORE,
     TRAIN_LOSS_AFTER,
-    TRAIN_LOSS_SUM,
+    TRAIN_LOSS_BEFORE_SUM,
     eval_key,
 )
 from term_fl.models import TermModel, model_for, set_weights
@@ -185,8 +185,8 @@ def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message
             NUM_EXAMPLES: int(result.num_examples),
             PARTITION_ID: partition_id,
             # F_k: tau-tilted loss of the incoming model (the mean loss when tau = 0)
-            TRAIN_LOSS: float(before.loss_tilted),
-            TRAIN_LOSS_SUM: float(before.loss_sum),
+            TRAIN_LOSS_BEFORE: float(before.loss_tilted),
+            TRAIN_LOSS_BEFORE_SUM: float(before.loss_sum),
             TRAIN_LOSS_AFTER: float(result.loss_after),
         }
     )

@@ -94,8 +94,9 @@ class Recorder:
 def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
     """The strategy a scenario names (term_fl.strategies.registry), with its parameters and our sampling."""
     spec, run = STRATEGIES[scenario.strategy.name], scenario.run
-    return spec.strategy(
-        **spec.params(scenario.strategy, scenario.client),
+    return spec.build(
+        scenario.strategy,
+        scenario.client,
         **{key: getattr(scenario.strategy, key) for key in COMMON_SETTINGS.model_fields},
         clients_per_round=run.clients_per_round,  # at most num_devices: check_fits_dataset
         seed=run.seed,
@@ -115,6 +116,7 @@ def discover_nodes(
     timeout: float,
     poll_s: float = 0.2,
     known: NodePartitions | None = None,
+    settle_s: float | None = None,
 ) -> dict[int, int]:
     """Map node ids to partition ids, waiting up to ``timeout`` s for ``expected`` nodes.
 
@@ -123,10 +125,26 @@ def discover_nodes(
     partitions ``0..expected-1``: Flower's Simulation Engine builds that table
     when it creates its virtual nodes, and asking 10,000 of them costs 10,000
     round trips through Ray (benchmarks/README.md, 'discovery').
+
+    ``settle_s`` is for engines that register all their nodes at once
+    (Flower's Simulation Engine under ``flwr run``): once some nodes are
+    connected and their number has not changed for ``settle_s`` seconds,
+    fewer than ``expected`` is an error right away instead of after ``timeout``.
     """
-    deadline = time.monotonic() + timeout
+    start = time.monotonic()
+    deadline = start + timeout
+    count, changed = -1, start
     while len(node_ids := sorted(grid.get_node_ids())) < expected:
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if len(node_ids) != count:
+            count, changed = len(node_ids), now
+        if settle_s is not None and count > 0 and now - changed >= settle_s:
+            raise FederationError(
+                f"the simulation has {count} virtual SuperNodes but the scenario has {expected} devices: "
+                f"run it with num-supernodes={expected}, e.g. "
+                f'flwr run . local --federation-config "num-supernodes={expected}"'
+            )
+        if now > deadline:
             raise FederationError(
                 f"only {len(node_ids)} of {expected} expected nodes connected within {timeout:g} s "
                 "(run.node_timeout); start one SuperNode per partition, or raise run.node_timeout"
@@ -276,6 +294,7 @@ def run_federation(
     on_round: Callable[[RoundRecord, int], None] | None = None,
     dataset: FederatedDataset | None = None,
     node_partitions: NodePartitions | None = None,
+    node_settle_s: float | None = None,
 ) -> FederationResult:
     """Run the scenario's rounds on ``grid`` and report every round to ``recorder``.
 
@@ -283,7 +302,9 @@ def run_federation(
     (:func:`term_fl.data.dataset_for`); the server needs its size, its
     metadata and its shapes, never a device's data. ``node_partitions``: the
     engine's own table of which node holds which partition, when it has one
-    (:func:`discover_nodes`); else every node is asked.
+    (:func:`discover_nodes`); else every node is asked. ``node_settle_s``:
+    :func:`discover_nodes`'s ``settle_s``, for grids whose nodes all register
+    at once.
     """
     recorder = recorder or Recorder()
     dataset = dataset if dataset is not None else dataset_for(scenario)
@@ -291,7 +312,7 @@ def run_federation(
     recorder.start(scenario, dataset.metadata)
     result: FederationResult | None = None
     try:
-        result = _rounds(grid, scenario, dataset, recorder, on_round, node_partitions)
+        result = _rounds(grid, scenario, dataset, recorder, on_round, node_partitions, node_settle_s)
     except KeyboardInterrupt:
         recorder.finish("interrupted", result, "interrupted by the user")
         raise
@@ -309,10 +330,12 @@ def _rounds(
     recorder: Recorder,
     on_round: Callable[[RoundRecord, int], None] | None,
     known_partitions: NodePartitions | None = None,
+    node_settle_s: float | None = None,
 ) -> FederationResult:
     run, num_devices = scenario.run, dataset.num_devices
     t0 = time.perf_counter()
-    node_partitions = discover_nodes(grid, num_devices, run.node_timeout, known=known_partitions)
+    node_partitions = discover_nodes(grid, num_devices, run.node_timeout, known=known_partitions,
+                                     settle_s=node_settle_s)
     discovery_s = time.perf_counter() - t0
     log.info("discovered %d nodes in %.2f s", len(node_partitions), discovery_s)
 

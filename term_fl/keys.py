@@ -22,8 +22,11 @@ NUM_PARTITIONS = "num-partitions"
 NUM_EXAMPLES = "num-examples"
 
 # -- training replies -----------------------------------------------------------
-TRAIN_LOSS = "train_loss"  # F_k: loss of the incoming model on the train split (tau-tilted when tau != 0)
-TRAIN_LOSS_SUM = "train_loss_sum"  # the same loss summed over the device's samples
+# F_k: loss of the received global model on the train split, before local
+# training (tau-tilted when tau != 0). Not "train_loss": Flower's examples send
+# that key as the mean loss *during* local training, another quantity.
+TRAIN_LOSS_BEFORE = "train_loss_before"
+TRAIN_LOSS_BEFORE_SUM = "train_loss_before_sum"  # the same loss summed over the device's samples
 TRAIN_LOSS_AFTER = "train_loss_after"  # mean train loss after local training
 
 # -- data splits ------------------------------------------------------------------

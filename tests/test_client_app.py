@@ -83,7 +83,7 @@ def test_after_training_the_same_record_is_loaded_again_not_the_trained_model():
     record = to_array_record(weights)
     _send(MessageType.EVALUATE, record, 1)  # the record is now the loaded one
     trained = _send(MessageType.TRAIN, record, 1)  # trains the worker model in place
-    assert trained["train_loss_after"] != pytest.approx(trained["train_loss"])
+    assert trained["train_loss_after"] != pytest.approx(trained["train_loss_before"])
     _check(_send(MessageType.EVALUATE, record, 2), _expected(weights, 2))
     again = _send(MessageType.TRAIN, record, 1)
     assert again == trained  # same incoming model, same seed: the same update

@@ -10,6 +10,7 @@ from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.client_app import app as client_app
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation import Recorder, run_federation
+from term_fl.keys import TRAIN_LOSS_BEFORE
 from term_fl.robust import bounded_model, clip_losses, update_norm, update_scales
 
 HOSTILE = 0  # the partition that lies
@@ -27,7 +28,7 @@ class HostileGrid(InProcessGrid):
         context = self._contexts[msg.metadata.dst_node_id]
         if msg.metadata.message_type == "train" and context.node_config["partition-id"] == HOSTILE:
             if self.loss is not None:
-                reply.content["metrics"]["train_loss"] = self.loss
+                reply.content["metrics"][TRAIN_LOSS_BEFORE] = self.loss
             if self.scale is not None:
                 arrays = from_array_record(reply.content["arrays"])
                 with np.errstate(over="ignore"):  # weights of the wrecked global model x 1e30 overflow to inf

@@ -1,13 +1,24 @@
-"""How term-fl installs: `pip install term-fl` is the strategies with Flower and numpy; extras bring the rest."""
+"""How term-fl installs: `pip install term-fl` is the strategies with Flower and numpy; extras bring the rest.
+
+The slow test builds the wheel, installs it in a fresh venv outside the
+repository and runs the README's plug-in example and `term-fl run` from it.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import tomllib
+import zipfile
+from email.parser import Parser
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 import term_fl
@@ -71,6 +82,38 @@ def test_import_term_fl_strategies_loads_no_ray_torch_fastapi_or_plotly():
     assert result.stdout.strip() == "[]"
 
 
+def test_strategies_aggregate_where_ray_torch_fastapi_and_plotly_are_absent():
+    """As after `pip install term-fl` on a machine without them: build, configure and aggregate a round."""
+    result = python(
+        """
+        import numpy as np
+        from unittest.mock import Mock
+        from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
+        from term_fl.strategies import QFFL, FedAvg, TermFedAvg
+
+        def reply(node, w, loss):
+            msg = Mock(spec=Message)
+            msg.content = RecordDict({"arrays": ArrayRecord({"w": Array(w)}),
+                                      "metrics": MetricRecord({"num-examples": 2, "train_loss_before": loss})})
+            msg.has_error.side_effect = lambda: False
+            msg.has_content.side_effect = lambda: True
+            msg.metadata.src_node_id = node
+            return msg
+
+        for strategy in (FedAvg(), TermFedAvg(1.0), QFFL(0.1)):
+            strategy.current_arrays = ArrayRecord({"w": Array(np.zeros(3, dtype=np.float32))})
+            arrays, _ = strategy.aggregate_train(1, [reply(1, np.ones(3, np.float32), 0.5),
+                                                     reply(2, 3 * np.ones(3, np.float32), 1.5)])
+            print(type(strategy).__name__, arrays["w"].numpy().round(4).tolist())
+        """,
+        block=NOT_FOR_STRATEGIES,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "FedAvg [2.0, 2.0, 2.0]"
+    assert [line.split()[0] for line in lines] == ["FedAvg", "TermFedAvg", "QFFL"]
+
+
 def test_cli_without_the_sim_extra_names_it(tmp_path):
     result = python(
         f"""
@@ -115,3 +158,83 @@ def test_flower_engine_without_ray_names_the_extra_and_the_inprocess_engine():
     assert result.returncode == 0, result.stderr
     assert "needs ray" in result.stdout and "'term-fl[sim]'" in result.stdout
     assert "--engine inprocess needs no Ray" in result.stdout
+
+
+# --- the wheel, installed as a user installs it --------------------------------------
+
+
+def source_tree(dest: Path) -> Path:
+    """The project's files (tracked and new, not ignored) copied to ``dest``: builds never touch the checkout."""
+    listing = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listing):
+        source = REPO / name
+        if source.is_file():
+            target = dest / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+    return dest
+
+
+def layered_venv(path: Path) -> Path:
+    """A new venv whose interpreter also sees this environment's packages, after its own.
+
+    The site-packages of the running environment are appended through a
+    ``.pth`` file, so pip finds flwr, torch, Ray ... already installed and
+    downloads nothing (``--no-index``: it could not pull a CUDA torch), while
+    what pip installs into the new venv, term-fl's wheel, comes first on
+    ``sys.path``. The running environment's own ``.pth`` files (an editable
+    term-fl) are not processed there.
+    """
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
+    exe = path / "bin" / "python"
+    purelib = subprocess.run([str(exe), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    layers = dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]])
+    (Path(purelib) / "_term_fl_test_layer.pth").write_text("\n".join(layers) + "\n")
+    return exe
+
+
+@pytest.mark.slow
+def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl_run(tmp_path):
+    work = tmp_path / "outside"
+    work.mkdir()
+    src = source_tree(tmp_path / "src")
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheels), str(src)], check=True, timeout=300, capture_output=True)
+    (wheel,) = wheels.glob("term_fl-0.2.0-*.whl")
+
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = Parser().parsestr(archive.read("term_fl-0.2.0.dist-info/METADATA").decode())
+        names = archive.namelist()
+    requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
+    assert sorted(r.name for r in requires if r.marker is None) == ["flwr", "numpy"]
+    assert {"sim", "dashboard", "all"} <= set(metadata.get_all("Provides-Extra"))
+    assert not any(n.startswith(("tests/", "server/", "client/", "benchmarks/")) for n in names)
+
+    exe = layered_venv(tmp_path / "venv")
+    install = subprocess.run([sys.executable, "-m", "pip", "--python", str(exe), "install", "--no-index", "-q",
+                              f"{wheel}[all]"], capture_output=True, text=True, timeout=300, check=False)
+    assert install.returncode == 0, install.stdout + install.stderr
+
+    where = python("import term_fl, term_fl.strategies; print(term_fl.__file__, term_fl.__version__)",
+                   cwd=work, exe=str(exe))
+    assert where.returncode == 0, where.stderr
+    location, version = where.stdout.split()
+    assert Path(location).is_relative_to(tmp_path / "venv") and version == "0.2.0", "term_fl comes from the wheel"
+
+    example = subprocess.run([str(exe), str(REPO / "tests" / "readme_example.py"), str(REPO / "README.md")],
+                             cwd=work, capture_output=True, text=True, timeout=300, check=False)
+    assert example.returncode == 0, example.stdout + example.stderr
+    assert "tilted weights of the last round" in example.stdout
+
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
+    run = subprocess.run([str(exe.parent / "term-fl"), "run", "--engine", "inprocess", "--rounds", "2"],
+                         cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert run.returncode == 0, run.stdout + run.stderr
+    (summary_path,) = (work / "runs").glob("*/summary.json")
+    summary = json.loads(summary_path.read_text())
+    assert summary["status"] == "finished" and summary["rounds_completed"] == 2
+    assert summary["versions"]["term-fl"] == "0.2.0"
+    assert (work / "runs" / "results.db").is_file()

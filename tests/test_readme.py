@@ -1,53 +1,30 @@
-"""The README's code example runs as written, against real Flower Messages."""
+"""The README's plug-in example runs as written: its ClientApp and ServerApp, on real Flower Messages."""
 
 from __future__ import annotations
 
 import re
 
 import numpy as np
-from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordDict
-from flwr.clientapp import ClientApp
 
 from conftest import REPO
-from term_fl.engines.inprocess import InProcessGrid
+from readme_example import NUM_NODES, run_example
 
 
-def readme_example() -> str:
-    text = (REPO / "README.md").read_text()
-    block = re.search(r"<!-- readme-example:start -->\s*```python\n(.*?)```", text, re.S)
-    assert block, "README example markers not found"
-    return block.group(1)
+def printed(text: str, label: str) -> np.ndarray:
+    match = re.search(rf"{label}: \[(.*?)\]", text, re.S)
+    assert match, f"{label!r} not printed"
+    return np.array([float(x) for x in match.group(1).split()])
 
 
-def toy_client() -> ClientApp:
-    """A user's own ClientApp: moves w towards its partition id; loss = distance before training."""
-    app = ClientApp()
-
-    @app.train()
-    def train(msg: Message, context: Context) -> Message:
-        pid = int(context.node_config["partition-id"])
-        w = msg.content["arrays"]["w"].numpy()
-        target = np.full_like(w, float(pid))
-        loss = float(np.mean((w - target) ** 2))
-        new = w + 0.5 * (target - w)
-        metrics = MetricRecord({"num-examples": 10 + pid, "train_loss": loss, "partition-id": pid})
-        return Message(RecordDict({"arrays": ArrayRecord({"w": Array(new)}), "metrics": metrics}), reply_to=msg)
-
-    @app.evaluate()
-    def evaluate(msg: Message, context: Context) -> Message:
-        return Message(RecordDict({"metrics": MetricRecord({"num-examples": 1})}), reply_to=msg)
-
-    return app
-
-
-def test_readme_example_runs_and_reports_tilted_weights_that_sum_to_one(capsys):
-    namespace: dict = {}
-    exec(compile(readme_example(), "README.md", "exec"), namespace)
-    grid = InProcessGrid(toy_client(), 4)
-    context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    namespace["app"](grid, context)
-    strategy_weights = re.search(r"tilted weights of the last round: \[(.*?)\]", capsys.readouterr().out, re.S)
-    weights = np.array([float(x) for x in strategy_weights.group(1).split()])
-    assert len(weights) == 2 and abs(weights.sum() - 1) < 1e-9  # fraction_train=0.5 of 4 nodes
-    final = context.state["final"]["w"].numpy()
-    assert final.shape == (3,) and np.all(np.isfinite(final))
+def test_readme_example_tilts_by_the_clients_pre_training_losses(capsys):
+    namespace = run_example(REPO / "README.md")
+    out = capsys.readouterr().out
+    losses, weights = printed(out, "F_k of the last round"), printed(out, "tilted weights of the last round")
+    assert len(weights) == NUM_NODES // 2  # fraction_train=0.5 of 4 nodes
+    assert np.all(np.isfinite(losses)) and np.all(losses > 0)
+    # t = 1, lam = 1, base weights n_k / sum n (every device holds 40 samples): p_k = softmax(F_k)
+    expected = np.exp(losses - losses.max()) / np.exp(losses - losses.max()).sum()
+    np.testing.assert_allclose(weights, expected, rtol=1e-5)
+    final = namespace["context"].state["final"]
+    assert {k: tuple(v.shape) for k, v in final.items()} == {"weight": (2, 5), "bias": (2,)}
+    assert all(np.all(np.isfinite(v.numpy())) for v in final.values())

@@ -19,12 +19,17 @@ from term_fl.strategies import STRATEGIES, FedAvg, cell_label
 from term_fl.strategies.registry import COMMON_SETTINGS
 
 
+# Where a class is a drop-in for Flower's, Flower's default wins (QFFL's q, as QFedAvg's).
+FLOWER_DEFAULTS = {("qffl", "q"): 0.1}
+
+
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_a_strategy_class_has_the_defaults_of_its_settings(name):
     spec = STRATEGIES[name]
     signature = inspect.signature(spec.strategy.__init__).parameters
     for field, info in spec.settings.model_fields.items():
-        assert signature[field].default == info.default, (name, field)
+        expected = FLOWER_DEFAULTS.get((name, field), info.default)
+        assert signature[spec.arguments.get(field, field)].default == expected, (name, field)
     template = inspect.signature(FedAvg.__init__).parameters  # the settings every strategy takes
     for field, info in COMMON_SETTINGS.model_fields.items():
         assert template[field].default == info.default and StrategyConfig.model_fields[field].default == info.default
@@ -50,8 +55,9 @@ def test_the_server_builds_every_registered_strategy_from_a_scenario(name):
     strategy = build_scenario_strategy(scenario, 6)
     assert type(strategy) is STRATEGIES[name].strategy
     params = scenario.strategy_params()
+    arguments = STRATEGIES[name].arguments
     for key in STRATEGIES[name].settings.model_fields:
-        assert getattr(strategy, key) == params[key] == getattr(scenario.strategy, key)
+        assert getattr(strategy, arguments.get(key, key)) == params[key] == getattr(scenario.strategy, key)
     assert strategy.clients_per_round == 3 and strategy.seed == scenario.run.seed
 
 

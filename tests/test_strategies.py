@@ -89,7 +89,7 @@ def global_record(seed: int = 100) -> ArrayRecord:
     return ArrayRecord({k: Array(v) for k, v in model(seed).items()})
 
 
-CLIENTS = [  # node id, partition id, num-examples, train_loss, train_loss_sum
+CLIENTS = [  # node id, partition id, num-examples, train_loss_before, train_loss_before_sum
     (9001, 4, 30, 0.9, 27.0),
     (17, 0, 10, 0.3, 3.0),
     (555, 2, 25, 2.1, 52.5),
@@ -102,8 +102,8 @@ def replies(clients=CLIENTS, seed_offset: int = 0) -> list[Message]:
         train_reply(
             node,
             model(part + seed_offset),
-            **{"num-examples": n, "partition-id": part, "train_loss": loss,
-               "train_loss_sum": loss_sum},
+            **{"num-examples": n, "partition-id": part, "train_loss_before": loss,
+               "train_loss_before_sum": loss_sum},
         )
         for node, part, n, loss, loss_sum in clients
     ]
@@ -138,7 +138,7 @@ class FakeGrid:
 def all_strategies():
     return [
         FedAvg(),
-        QFFL(client_lr=0.1, q=1.0),
+        QFFL(client_learning_rate=0.1, q=1.0),
         TermFedAvg(t=1.0),
         AFL(lambda_lr=0.1),
     ]
@@ -206,7 +206,7 @@ def test_term_uniform_base_weights_ignore_num_examples():
 def test_term_sum_reduction_tilts_the_summed_losses():
     t = 0.05
     strategy = ready(TermFedAvg(t=t, loss_reduction="sum"))
-    assert strategy.loss_key == "train_loss_sum"
+    assert strategy.train_loss_key == "train_loss_before_sum"
     strategy.aggregate_train(1, replies())
     clients = by_partition()
     n = np.array([c[2] for c in clients], dtype=float)
@@ -218,7 +218,7 @@ def test_term_sum_reduction_tilts_the_summed_losses():
 
 def test_running_estimate_with_lam_below_one_matches_naive_recomputation_over_two_rounds():
     t, lam, eta = 0.8, 0.5, 0.7
-    strategy = TermFedAvg(t=t, lam=lam, server_lr=eta)
+    strategy = TermFedAvg(t=t, lam=lam, server_learning_rate=eta)
     round1 = CLIENTS[:3]
     round2 = [(17, 0, 10, 0.2, 2.0), (42, 1, 5, 2.5, 12.5), (9001, 4, 30, 1.1, 33.0)]
     w1, w2 = global_record(100), global_record(200)
@@ -278,7 +278,7 @@ def test_large_tilt_with_losses_near_100_stays_finite(t):
 def test_qffl_update_equals_the_formula_in_numpy():
     q, lr = 0.5, 0.05
     L = 1 / lr
-    strategy = ready(QFFL(client_lr=lr, q=q))
+    strategy = ready(QFFL(client_learning_rate=lr, q=q))
     arrays, _ = strategy.aggregate_train(1, replies())
 
     w = {k: v.astype(np.float64) for k, v in decode(global_record()).items()}
@@ -300,9 +300,9 @@ def test_qffl_update_equals_the_formula_in_numpy():
 
 
 def test_qffl_matches_flowers_qfedavg():
-    ours = ready(QFFL(client_lr=0.1, q=2.0))
+    ours = ready(QFFL(client_learning_rate=0.1, q=2.0))
     arrays, _ = ours.aggregate_train(1, replies())
-    flower = FlowerQFedAvg(client_learning_rate=0.1, q=2.0)
+    flower = FlowerQFedAvg(client_learning_rate=0.1, q=2.0, train_loss_key="train_loss_before")
     flower.current_arrays = global_record()
     flower_arrays, _ = flower.aggregate_train(1, replies())
     for key in SHAPES:
@@ -310,7 +310,7 @@ def test_qffl_matches_flowers_qfedavg():
 
 
 def test_qffl_with_q_zero_is_a_uniform_average_of_local_models():
-    strategy = ready(QFFL(client_lr=0.1, q=0.0))
+    strategy = ready(QFFL(client_learning_rate=0.1, q=0.0))
     arrays, _ = strategy.aggregate_train(1, replies())
     np.testing.assert_allclose(strategy.last_round.weights, np.full(len(CLIENTS), 0.25),
                                rtol=1e-12)
@@ -350,7 +350,7 @@ def afl_replies(server_round, sampled, seed):
     node_of = {p: n for n, p in AFL_PARTITIONS.items()}
     clients = [(node_of[p], p, int(rng.integers(5, 50)), float(rng.uniform(0.1, 3.0))) for p in sampled]
     models = {p: model(100 * server_round + p) for p in sampled}
-    messages = [train_reply(node, models[p], **{"num-examples": n, "partition-id": p, "train_loss": f})
+    messages = [train_reply(node, models[p], **{"num-examples": n, "partition-id": p, "train_loss_before": f})
                 for node, p, n, f in reversed(clients)]
     return messages, {p: f for _, p, _, f in clients}, models
 
@@ -399,7 +399,7 @@ def test_afl_keeps_the_model_when_every_sampled_device_has_weight_zero(caplog):
     record = global_record(5)
     list(strategy.configure_train(1, record, ConfigRecord(), FakeGrid(AFL_PARTITIONS)))
     messages, _, _ = afl_replies(1, [0, 1], seed=0)
-    messages = [train_reply(m.metadata.src_node_id, model(1), **{**dict(m.content["metrics"]), "train_loss": 0.0})
+    messages = [train_reply(m.metadata.src_node_id, model(1), **{**dict(m.content["metrics"]), "train_loss_before": 0.0})
                 for m in messages]
     with caplog.at_level(logging.WARNING, logger="flwr"):
         arrays, _ = strategy.aggregate_train(1, messages)
@@ -433,7 +433,7 @@ def test_afl_refuses_a_partition_it_was_not_told_of():
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_reply_order_does_not_change_the_result_bitwise(name):
-    params = {"client_lr": 0.1} if name == "qffl" else {}
+    params = {"client_learning_rate": 0.1} if name == "qffl" else {}
     results = []
     for order in ([0, 1, 2, 3], [3, 1, 0, 2], [2, 3, 1, 0]):
         strategy = ready(build_strategy(name, **params))
@@ -461,8 +461,8 @@ def test_round_report_lists_valid_replies_sorted_by_partition():
 
 def test_replies_without_partition_id_sort_by_node_id_after_the_others():
     msgs = replies()
-    msgs.append(train_reply(3, model(9), **{"num-examples": 5, "train_loss": 1.0}))
-    msgs.append(train_reply(2, model(8), **{"num-examples": 5, "train_loss": 1.0}))
+    msgs.append(train_reply(3, model(9), **{"num-examples": 5, "train_loss_before": 1.0}))
+    msgs.append(train_reply(2, model(8), **{"num-examples": 5, "train_loss_before": 1.0}))
     strategy = ready(FedAvg())
     strategy.aggregate_train(1, msgs)
     assert strategy.last_round.node_ids == [17, 42, 555, 9001, 2, 3]
@@ -474,16 +474,16 @@ def test_replies_without_partition_id_sort_by_node_id_after_the_others():
 
 def bad_reply(kind: str) -> Message:
     node = 777
-    metrics = {"num-examples": 12, "partition-id": 3, "train_loss": 0.5, "train_loss_sum": 6.0}
+    metrics = {"num-examples": 12, "partition-id": 3, "train_loss_before": 0.5, "train_loss_before_sum": 6.0}
     arrays = model(3)
     if kind == "error":
         return error_reply(node)
     if kind == "nan_loss":
-        metrics["train_loss"] = metrics["train_loss_sum"] = float("nan")
+        metrics["train_loss_before"] = metrics["train_loss_before_sum"] = float("nan")
     elif kind == "inf_loss":
-        metrics["train_loss"] = metrics["train_loss_sum"] = float("inf")
+        metrics["train_loss_before"] = metrics["train_loss_before_sum"] = float("inf")
     elif kind == "missing_loss":
-        del metrics["train_loss"], metrics["train_loss_sum"]
+        del metrics["train_loss_before"], metrics["train_loss_before_sum"]
     elif kind == "missing_num_examples":
         del metrics["num-examples"]
     elif kind == "nan_array":
@@ -497,12 +497,16 @@ def bad_reply(kind: str) -> Message:
 
 FAILURES = ["error", "nan_loss", "inf_loss", "missing_loss", "missing_num_examples",
             "nan_array", "wrong_keys", "no_arrays"]
+LOSS_FAILURES = ("nan_loss", "inf_loss", "missing_loss")  # failures only for the strategies that need F_k
 
 
-@pytest.mark.parametrize("kind", FAILURES)
-@pytest.mark.parametrize("name", sorted(STRATEGIES))
+def failures_of(name: str) -> list[str]:
+    return [k for k in FAILURES if STRATEGIES[name].strategy.needs_loss or k not in LOSS_FAILURES]
+
+
+@pytest.mark.parametrize(("name", "kind"), [(n, k) for n in sorted(STRATEGIES) for k in failures_of(n)])
 def test_bad_reply_is_excluded_with_a_warning_and_the_others_aggregated(name, kind, caplog):
-    params = {"client_lr": 0.1} if name == "qffl" else {"t": 1.0} if name == "term" else {}
+    params = {"client_learning_rate": 0.1} if name == "qffl" else {"t": 1.0} if name == "term" else {}
     clean = ready(build_strategy(name, **params))
     expected, expected_metrics = clean.aggregate_train(1, replies())
 
@@ -525,14 +529,14 @@ def test_bad_reply_is_excluded_with_a_warning_and_the_others_aggregated(name, ki
 
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_all_replies_invalid_returns_none_and_keeps_the_model(name, caplog):
-    params = {"client_lr": 0.1} if name == "qffl" else {}
+    params = {"client_learning_rate": 0.1} if name == "qffl" else {}
     strategy = ready(build_strategy(name, **params))
-    msgs = [bad_reply(kind) for kind in FAILURES]
+    msgs = [bad_reply(kind) for kind in failures_of(name)]
     with caplog.at_level(logging.WARNING, logger="flwr"):
         assert strategy.aggregate_train(1, msgs) == (None, None)
     report = strategy.last_round
     assert report.failed and report.node_ids == [] and report.weights.size == 0
-    assert len(report.excluded) == len(FAILURES)
+    assert len(report.excluded) == len(failures_of(name))
     assert "model unchanged" in caplog.text
 
 
@@ -549,23 +553,23 @@ def test_reply_without_reference_model_is_checked_against_the_first_valid_reply(
     msgs = replies()
     bad = model(7)
     bad["other"] = np.zeros(1, np.float32)
-    msgs.append(train_reply(5, bad, **{"num-examples": 3, "partition-id": 9, "train_loss": 1.0}))
+    msgs.append(train_reply(5, bad, **{"num-examples": 3, "partition-id": 9, "train_loss_before": 1.0}))
     arrays, _ = FedAvg().aggregate_train(1, msgs)  # no configure_train: no global model
     assert set(arrays.keys()) == set(SHAPES)
 
 
 def test_qffl_and_term_need_configure_train_first():
     with pytest.raises(Exception, match="configure_train"):
-        QFFL(client_lr=0.1).aggregate_train(1, replies())
+        QFFL(client_learning_rate=0.1).aggregate_train(1, replies())
 
 
 def test_qffl_excludes_negative_losses():
     msgs = replies()
     msgs.append(train_reply(5, model(5), **{"num-examples": 3, "partition-id": 9,
-                                            "train_loss": -1.0}))
-    strategy = ready(QFFL(client_lr=0.1))
+                                            "train_loss_before": -1.0}))
+    strategy = ready(QFFL(client_learning_rate=0.1))
     strategy.aggregate_train(1, msgs)
-    assert strategy.last_round.excluded[0].reason == "metric 'train_loss' must be >= 0, got -1.0"
+    assert strategy.last_round.excluded[0].reason == "metric 'train_loss_before' must be >= 0, got -1.0"
 
 
 # --- evaluation -------------------------------------------------------------
@@ -679,7 +683,7 @@ def test_a_partition_mapped_to_two_nodes_is_refused():
 
 def test_build_strategy_builds_each_name_and_refuses_unknown_ones():
     assert type(build_strategy("fedavg")) is FedAvg
-    assert type(build_strategy("qffl", client_lr=0.1, q=0.2)) is QFFL
+    assert type(build_strategy("qffl", client_learning_rate=0.1, q=0.2)) is QFFL
     term = build_strategy("term", t=2.0, lam=0.5, clients_per_round=10)
     assert type(term) is TermFedAvg and term.t == 2.0 and term.clients_per_round == 10
     with pytest.raises(ValueError, match="allowed names: fedavg, qffl, term"):
@@ -697,9 +701,9 @@ def test_build_strategy_builds_each_name_and_refuses_unknown_ones():
         (lambda: TermFedAvg(lam=1.5), r"lam: Input should be less than or equal to 1 \(got 1.5\)"),
         (lambda: TermFedAvg(base_weighting="sizes"), "base_weighting: Input should be 'num_examples' or 'uniform'"),
         (lambda: TermFedAvg(loss_reduction="max"), "loss_reduction: Input should be 'mean' or 'sum'"),
-        (lambda: TermFedAvg(server_lr=0.0), r"server_lr: Input should be greater than 0 \(got 0.0\)"),
-        (lambda: QFFL(client_lr=0.0), "client_lr must be a positive number, got 0.0"),
-        (lambda: QFFL(client_lr=0.1, q=-1.0), r"QFFL: q: Input should be greater than or equal to 0 \(got -1.0\)"),
+        (lambda: TermFedAvg(server_learning_rate=0.0), r"server_lr: Input should be greater than 0 \(got 0.0\)"),
+        (lambda: QFFL(client_learning_rate=0.0), "client_learning_rate must be a positive number, got 0.0"),
+        (lambda: QFFL(client_learning_rate=0.1, q=-1.0), r"QFFL: q: Input should be greater than or equal to 0 \(got -1.0\)"),
     ],
 )
 def test_invalid_settings_raise_clear_value_errors(make, message):
@@ -710,7 +714,7 @@ def test_invalid_settings_raise_clear_value_errors(make, message):
 def test_summary_logs_the_settings(caplog):
     with caplog.at_level(logging.INFO, logger="flwr"):
         TermFedAvg(t=-3.0, lam=0.5).summary()
-        QFFL(client_lr=0.1, q=0.3).summary()
+        QFFL(client_learning_rate=0.1, q=0.3).summary()
     assert "robustness" in caplog.text and "lam: 0.5" in caplog.text and "q: 0.3" in caplog.text
 
 

@@ -113,8 +113,10 @@ class AFL(FedAvg):
         Step size gamma in (0, 100] of the projected gradient ascent on lambda.
     **kwargs
         Passed to :class:`term_fl.strategies.FedAvg` (sampling, metric keys,
-        Flower's settings); ``loss_key`` (default "train_loss") names F_k.
+        Flower's settings); ``train_loss_key`` (default "train_loss_before") names F_k.
     """
+
+    needs_loss = True
 
     def __init__(self, *, lambda_lr: float = 0.01, **kwargs: Any) -> None:
         settings = AFLSettings.of(type(self).__name__, lambda_lr=lambda_lr)

@@ -18,7 +18,7 @@ from term_fl.flower_internals import from_array_record, to_array_record
 
 from .replies import arrays_of
 
-__all__ = ["combine_models", "local_models", "record_like"]
+__all__ = ["cast_like", "combine_models", "local_models", "record_like"]
 
 
 def combine_models(
@@ -51,16 +51,26 @@ def combine_models(
     return total
 
 
+def cast_like(value: NDArray, dtype: np.dtype) -> NDArray:
+    """``value`` (float64) in ``dtype``, with its shape (0-d stays 0-d), C-contiguous.
+
+    Integer and boolean arrays (BatchNorm's ``num_batches_tracked``) are
+    rounded to the nearest integer (half to even) and clipped to the dtype's
+    range; Flower's FedAvg would return them as float64 instead.
+    """
+    value = np.asarray(value)
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        value = np.clip(np.rint(value), info.min, info.max)
+    elif dtype.kind == "b":
+        value = np.clip(np.rint(value), 0, 1)
+    # np.ascontiguousarray would turn a 0-d array into shape (1,)
+    return np.require(value.astype(dtype), requirements="C")
+
+
 def record_like(arrays: Mapping[str, NDArray], like: ArrayRecord) -> ArrayRecord:
-    """An ArrayRecord with the keys (in order) and dtypes of ``like`` holding ``arrays`` (integers rounded)."""
-    out = {}
-    for key, template in like.items():
-        dtype = np.dtype(template.dtype)
-        value = np.asarray(arrays[key])
-        if dtype.kind in "iub":
-            value = np.rint(value)
-        out[key] = np.ascontiguousarray(value.astype(dtype))
-    return to_array_record(out)
+    """An ArrayRecord with the keys (in order), shapes and dtypes of ``like`` holding ``arrays`` (:func:`cast_like`)."""
+    return to_array_record({key: cast_like(arrays[key], np.dtype(template.dtype)) for key, template in like.items()})
 
 
 def local_models(replies: Sequence[Message]) -> Iterator[dict[str, NDArray]]:

@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -38,12 +38,20 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.flower_internals import from_array_record
-from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, PARTITION_ID, SERVER_ROUND, TRAIN_LOSS
+from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, PARTITION_ID, SERVER_ROUND, TRAIN_LOSS_BEFORE
 from term_fl.robust import bounded_model, clip_losses, update_norm, update_scales
 from term_fl.seeding import EVAL_SAMPLING, TRAIN_SAMPLING
 
 from .arithmetic import combine_models, local_models, record_like
-from .replies import arrays_of, filter_replies, metric_values, metrics_of, partition_id_of, sent_index
+from .replies import (
+    arrays_of,
+    filter_replies,
+    metric_carriers,
+    metric_values,
+    metrics_of,
+    partition_id_of,
+    sent_index,
+)
 from .reports import Diagnostics, EvaluationReport, TrainReport
 from .sampling import PartitionSampler
 from .settings import Defences
@@ -61,7 +69,7 @@ class RoundInputs:
 
     server_round: int
     partition_ids: NDArray[np.int64]  # -1 where a reply carried none
-    losses: NDArray[np.float64]  # F_k (metric loss_key)
+    losses: NDArray[np.float64]  # F_k (metric train_loss_key; NaN where a reply lacks it and the strategy needs none)
     num_examples: NDArray[np.float64]  # n_k (metric weighted_by_key)
     global_model: Callable[[], dict[str, NDArray]]
     local_models: Callable[[], Iterator[dict[str, NDArray]]]
@@ -79,6 +87,20 @@ class Aggregation:
     global_coefficient: float = 0.0
     diagnostics: Diagnostics = field(default_factory=dict)
 
+    def stepped(self, server_learning_rate: float) -> Aggregation:
+        """The update taken with a server learning rate eta: ``w + eta (w_new - w)``.
+
+        That is coefficients ``eta c_k`` and global coefficient ``1 - eta (1 - g)``;
+        eta = 1 returns this aggregation unchanged (bit for bit).
+        """
+        if server_learning_rate == 1.0:
+            return self
+        return replace(
+            self,
+            coefficients=server_learning_rate * np.asarray(self.coefficients, dtype=np.float64),
+            global_coefficient=1.0 - server_learning_rate * (1.0 - self.global_coefficient),
+        )
+
 
 class TrainOutcome(NamedTuple):
     """What :meth:`FedAvg.aggregate_round` returns."""
@@ -86,6 +108,21 @@ class TrainOutcome(NamedTuple):
     arrays: ArrayRecord | None  # the new global model; None when no reply was valid
     metrics: MetricRecord | None  # Flower's aggregated training metrics
     report: TrainReport
+
+
+def missing_loss_error(strategy: str, key: str, server_round: int, replies: int) -> AggregationError:
+    """The error of a round in which no training reply carries the loss the strategy weights by."""
+    return AggregationError(
+        f"{strategy} weights each client by F_k, the loss of the received global model on the client's "
+        f"training data, measured before local training, which it reads from the metric '{key}'; none of "
+        f"the {replies} training replies of round {server_round} carries it. Add two lines to the "
+        "ClientApp's train function (from term_fl.client import pre_training_loss):\n"
+        "    loss_before = pre_training_loss(model, trainloader, loss_fn)  "
+        "# after loading the received weights, before training\n"
+        f'    metrics["{key}"] = loss_before  # in the reply\'s MetricRecord\n'
+        f"or pass train_loss_key=KEY if the clients send this loss under another key. (Flower's examples "
+        "send 'train_loss' as the mean loss during local training: another quantity.)"
+    )
 
 
 def _log_report(report: TrainReport) -> None:
@@ -104,31 +141,15 @@ class FedAvg(FlowerFedAvg):
     Implementation based on https://arxiv.org/abs/1602.05629: the new global
     model is sum_k (n_k / sum_j n_j) w_k over the valid replies, the same
     numbers as Flower's ``aggregate_arrayrecords`` (computed in float64 and
-    returned with the global model's dtypes).  The base of term-fl's q-FFL and
-    TERM strategies.
+    returned with the global model's dtypes and shapes, 0-d arrays included;
+    integer arrays are rounded to the nearest integer). It needs no loss from
+    the clients. The base of term-fl's q-FFL, TERM and AFL strategies.
+
+    The arguments up to ``evaluate_metrics_aggr_fn`` are Flower's FedAvg's,
+    with its names, positions and defaults; term-fl's own are keywords.
 
     Parameters
     ----------
-    clients_per_round : int or None (default: None)
-        Number of partitions sampled for training each round, honoured exactly
-        once :meth:`set_node_partitions` was called (capped at the partitions
-        whose node is connected). None: Flower's ``fraction_train`` /
-        ``min_train_nodes`` rule.
-    seed : int (default: 0)
-        Seed of the partition sampling: round r draws from
-        ``numpy.random.default_rng([seed, r, 0])`` (training) and
-        ``[seed, r, 1]`` (evaluation), so the same seed samples the same
-        partitions whatever node ids Flower assigns.
-    evaluate_fraction : float (default: 1.0)
-        Fraction of the connected partitions evaluated per round
-        (ceil(evaluate_fraction * P); 1.0 evaluates all, 0.0 none), once
-        :meth:`set_node_partitions` was called. Before that Flower's
-        ``fraction_evaluate`` applies.
-    loss_key : str (default: "train_loss")
-        Metric key of F_k, the loss of the incoming model, in training replies;
-        required in every training reply and recorded in :class:`TrainReport`.
-    partition_key : str (default: "partition-id")
-        Metric key of the partition id in replies (sorting, reports, logs).
     fraction_train : float (default: 1.0)
         Flower's fraction of nodes trained per round when ``clients_per_round``
         is None.
@@ -154,6 +175,17 @@ class FedAvg(FlowerFedAvg):
         replies; None: Flower's num-examples weighted average.
     evaluate_metrics_aggr_fn : callable, optional (default: None)
         Same for evaluation replies.
+    train_loss_key : str (default: "train_loss_before")
+        Metric key of F_k, the loss of the received global model on the
+        client's training data, measured before local training. FedAvg only
+        records it (in :class:`~.reports.TrainReport`, NaN where a reply lacks
+        it); the strategies that weight by it (:attr:`needs_loss`) require it.
+        Not Flower's ``"train_loss"``: Flower's examples send that key as the
+        mean loss *during* local training.
+    server_learning_rate : float (default: 1.0)
+        eta_s > 0 in w <- w + eta_s (w_round - w), where w_round is the
+        strategy's own update. 1.0 is the plain update; FedAvg with another
+        value is Flower's FedAvgM without momentum.
     clip_loss : float (default: 0.0, off)
         Defence against a client that lies about its loss: a reported loss
         above ``clip_loss`` x the round's median is lowered to it before the
@@ -163,17 +195,31 @@ class FedAvg(FlowerFedAvg):
         w_k - w longer than ``max_update_norm`` x the round's median update
         norm is scaled down to it (:func:`term_fl.robust.update_scales`);
         0 or >= 1.
+    clients_per_round : int or None (default: None)
+        Number of partitions sampled for training each round, honoured exactly
+        once :meth:`set_node_partitions` was called (capped at the partitions
+        whose node is connected). None: Flower's ``fraction_train`` /
+        ``min_train_nodes`` rule.
+    seed : int (default: 0)
+        Seed of the partition sampling: round r draws from
+        ``numpy.random.default_rng([seed, r, 0])`` (training) and
+        ``[seed, r, 1]`` (evaluation), so the same seed samples the same
+        partitions whatever node ids Flower assigns.
+    evaluate_fraction : float (default: 1.0)
+        Fraction of the connected partitions evaluated per round
+        (ceil(evaluate_fraction * P); 1.0 evaluates all, 0.0 none), once
+        :meth:`set_node_partitions` was called. Before that Flower's
+        ``fraction_evaluate`` applies.
+    partition_key : str (default: "partition-id")
+        Metric key of the partition id in replies (sorting, reports, logs).
     """
 
+    needs_loss: ClassVar[bool] = False
+    """Whether the round function weights by F_k (then a round in which no reply carries it is an error)."""
+
     # pylint: disable=too-many-arguments,too-many-instance-attributes
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
-        *,
-        clients_per_round: int | None = None,
-        seed: int = 0,
-        evaluate_fraction: float = 1.0,
-        loss_key: str = TRAIN_LOSS,
-        partition_key: str = PARTITION_ID,
         fraction_train: float = 1.0,
         fraction_evaluate: float = 1.0,
         min_train_nodes: int = 2,
@@ -184,8 +230,15 @@ class FedAvg(FlowerFedAvg):
         configrecord_key: str = CONFIG,
         train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
         evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        *,
+        train_loss_key: str = TRAIN_LOSS_BEFORE,
+        server_learning_rate: float = 1.0,
         clip_loss: float = 0.0,
         max_update_norm: float = 0.0,
+        clients_per_round: int | None = None,
+        seed: int = 0,
+        evaluate_fraction: float = 1.0,
+        partition_key: str = PARTITION_ID,
     ) -> None:
         defences = Defences.of(type(self).__name__, clip_loss=clip_loss, max_update_norm=max_update_norm)
         super().__init__(
@@ -214,10 +267,16 @@ class FedAvg(FlowerFedAvg):
             raise ValueError(f"evaluate_fraction must be in [0, 1], got {evaluate_fraction!r}.")
         self.clip_loss = defences.clip_loss
         self.max_update_norm = defences.max_update_norm
+        if not (isinstance(server_learning_rate, int | float) and math.isfinite(server_learning_rate)
+                and server_learning_rate > 0):
+            raise ValueError(f"server_learning_rate must be a positive number, got {server_learning_rate!r}.")
+        if not (isinstance(train_loss_key, str) and train_loss_key):
+            raise ValueError(f"train_loss_key must be a metric key (a non-empty str), got {train_loss_key!r}.")
+        self.train_loss_key = train_loss_key
+        self.server_learning_rate = float(server_learning_rate)
         self.clients_per_round = clients_per_round
         self.seed = seed
         self.evaluate_fraction = float(evaluate_fraction)
-        self.loss_key = loss_key
         self.partition_key = partition_key
         self.current_arrays: ArrayRecord | None = None
         self.state: Any = None
@@ -315,9 +374,10 @@ class FedAvg(FlowerFedAvg):
     # --- aggregation ------------------------------------------------------
 
     def train_filter_options(self) -> dict[str, tuple[str, ...]]:
-        """Metric requirements of training replies (extended by subclasses)."""
+        """Metric requirements of training replies (extended by subclasses): F_k where :attr:`needs_loss`."""
+        loss = (self.train_loss_key,) if self.needs_loss else ()
         return {
-            "required_metrics": (self.weighted_by_key, self.loss_key),
+            "required_metrics": (self.weighted_by_key, *loss),
             "positive_metrics": (self.weighted_by_key,),
             "nonnegative_metrics": (),
         }
@@ -350,7 +410,15 @@ class FedAvg(FlowerFedAvg):
         Returns the new global model (None when no reply was valid: the model
         is left unchanged), Flower's aggregated metrics and the round's
         :class:`TrainReport`; the report is also kept as :attr:`last_round`.
+        A strategy that :attr:`needs_loss` raises :class:`AggregationError`
+        when no reply of the round carries ``train_loss_key`` (the clients do
+        not send it: a misconfiguration, not a failed round).
         """
+        replies = list(replies)
+        if self.needs_loss:
+            with_metrics, with_loss = metric_carriers(replies, self.train_loss_key)
+            if with_metrics and not with_loss:
+                raise missing_loss_error(type(self).__name__, self.train_loss_key, server_round, with_metrics)
         valid, excluded = filter_replies(
             replies,
             require_arrays=True,
@@ -368,7 +436,7 @@ class FedAvg(FlowerFedAvg):
             return self._record(TrainOutcome(None, None, report))
 
         partition_ids = [-1 if (p := partition_id_of(m, self.partition_key)) is None else p for m in valid]
-        reported = metric_values(valid, self.loss_key)
+        reported = metric_values(valid, self.train_loss_key, missing=None if self.needs_loss else math.nan)
         inputs = RoundInputs(
             server_round=server_round,
             partition_ids=np.array(partition_ids, dtype=np.int64),
@@ -378,6 +446,7 @@ class FedAvg(FlowerFedAvg):
             local_models=lambda: self._defended_models(valid),
         )
         aggregation, state = self.round_step(inputs, self.state)
+        aggregation = aggregation.stepped(self.server_learning_rate)
         global_model = self.global_model() if aggregation.global_coefficient != 0.0 else None
         combined = combine_models(
             self._defended_models(valid), aggregation.coefficients, global_model, aggregation.global_coefficient
@@ -491,6 +560,7 @@ class FedAvg(FlowerFedAvg):
             "\t│\t└── partitions known: %s",
             "no (Flower sampling)" if self._sampler is None else len(self._sampler.node_of_partition),
         )
-        log(INFO, "\t├──> loss key: '%s' | partition key: '%s'", self.loss_key,
-            self.partition_key)
+        log(INFO, "\t├──> train_loss_key: '%s' (%s) | partition key: '%s' | server_learning_rate: %s",
+            self.train_loss_key, "required" if self.needs_loss else "recorded when sent", self.partition_key,
+            self.server_learning_rate)
         super().summary()

@@ -2,7 +2,7 @@
 
 Li, Sanjabi, Beirami, Smith, "Fair Resource Allocation in Federated
 Learning", ICLR 2020 (openreview.net/pdf?id=ByexElSYDr).  With
-L = 1 / client_lr and Delta_k = L (w - w_k):
+L = 1 / client_learning_rate and Delta_k = L (w - w_k):
 
     D_k = F_k^q Delta_k,
     h_k = q F_k^(q-1) ||Delta_k||^2 + L F_k^q,
@@ -11,21 +11,26 @@ L = 1 / client_lr and Delta_k = L (w - w_k):
 that is w_new = (1 - sum_k c_k) w + sum_k c_k w_k with
 c_k = L F_k^q / sum_j h_j.  As in Flower's QFedAvg, F_k is offset by 1e-10
 so that F_k = 0 is allowed.  Unlike Flower's QFedAvg, replies are filtered
-(a NaN loss is excluded, not spread into the model) and arrays are decoded
-without ``gc.collect``.
+(a NaN loss is excluded, not spread into the model), arrays keep the global
+model's dtypes (Flower returns float64 for float32 models and cannot update
+integer arrays such as BatchNorm's ``num_batches_tracked`` in place) and are
+decoded without ``gc.collect``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from logging import INFO
 from typing import Any
 
 import numpy as np
+from flwr.app import MetricRecord, RecordDict
 from flwr.supercore import log
 from numpy.typing import NDArray
 from pydantic import Field
+
+from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .settings import Settings
@@ -59,7 +64,7 @@ def qffl_coefficients(
     q : float
         Fairness parameter (q = 0: c_k = 1/m, a uniform average).
     lipschitz : float
-        L = 1 / client_lr.
+        L = 1 / client_learning_rate.
     """
     f = np.asarray(losses, dtype=np.float64) + LOSS_OFFSET
     f_q = np.power(f, q)
@@ -88,44 +93,92 @@ class QFFL(FedAvg):
     ``last_round.weights`` holds c_k = L F_k^q / sum_j h_j, the effective share
     of each client model in w_new = (1 - sum_k c_k) w + sum_k c_k w_k.
 
+    A drop-in for Flower's ``QFedAvg``: the same arguments with the same
+    names, positions and defaults, except ``train_loss_key``'s default
+    ("train_loss_before", not "train_loss": Flower's examples send that key
+    as the mean loss *during* local training); term-fl's own are keywords.
+    A round in which no reply carries ``train_loss_key`` is an error that says
+    what to add to the ClientApp (:func:`term_fl.client.pre_training_loss`).
+
     Parameters
     ----------
-    client_lr : float
-        Learning rate of the clients' local SGD; L = 1 / client_lr estimates
-        the Lipschitz constant (Flower's QFedAvg calls it client_learning_rate).
-    q : float (default: 1.0)
-        Fairness parameter in [0, 100]. q = 0 is a uniform average of the local
-        models; larger q favours clients with a high loss. Tune it per use case.
+    client_learning_rate : float
+        Learning rate of the clients' local SGD; L = 1 / client_learning_rate
+        estimates the Lipschitz constant (the scenario's ``client.lr``).
+    q : float (default: 0.1)
+        Fairness parameter in [0, 100]. q = 0 is a uniform average of the
+        local models; larger q favours clients with a high loss. Flower's
+        default; term-fl's scenarios default to 1.0.
+    train_loss_key : str (default: "train_loss_before")
+        Metric key of F_k >= 0, the loss of the received global model on the
+        client's training data, measured before local training.
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes, \
+weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's FedAvg arguments (see :class:`~term_fl.strategies.FedAvg`).
     **kwargs
-        Passed to :class:`term_fl.strategies.FedAvg` (sampling, metric keys,
-        Flower's settings); ``loss_key`` (default "train_loss") names F_k,
-        which must be >= 0.
+        term-fl's keywords of :class:`~term_fl.strategies.FedAvg`
+        (``server_learning_rate``, ``clients_per_round``, ``seed``,
+        ``evaluate_fraction``, ``partition_key``).
     """
 
-    def __init__(self, *, client_lr: float, q: float = 1.0, **kwargs: Any) -> None:
+    needs_loss = True
+
+    # pylint: disable=too-many-arguments
+    def __init__(  # noqa: PLR0913
+        self,
+        client_learning_rate: float,
+        q: float = 0.1,
+        train_loss_key: str = TRAIN_LOSS_BEFORE,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int = 2,
+        weighted_by_key: str = NUM_EXAMPLES,
+        arrayrecord_key: str = ARRAYS,
+        configrecord_key: str = CONFIG,
+        train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        **kwargs: Any,
+    ) -> None:
         settings = QFFLSettings.of(type(self).__name__, q=q)
-        super().__init__(**kwargs)
-        if not (math.isfinite(client_lr) and client_lr > 0):
-            raise ValueError(f"client_lr must be a positive number, got {client_lr!r}.")
+        if not (isinstance(client_learning_rate, int | float) and math.isfinite(client_learning_rate)
+                and client_learning_rate > 0):
+            raise ValueError(f"client_learning_rate must be a positive number, got {client_learning_rate!r}.")
+        super().__init__(
+            fraction_train,
+            fraction_evaluate,
+            min_train_nodes,
+            min_evaluate_nodes,
+            min_available_nodes,
+            weighted_by_key,
+            arrayrecord_key,
+            configrecord_key,
+            train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn,
+            train_loss_key=train_loss_key,
+            **kwargs,
+        )
         self.settings = settings
-        self.client_lr = float(client_lr)
+        self.client_learning_rate = float(client_learning_rate)
         self.q = settings.q
 
     def train_filter_options(self) -> dict[str, tuple[str, ...]]:
         """F_k must also be >= 0 (F_k^q)."""
         options = super().train_filter_options()
-        options["nonnegative_metrics"] = (self.loss_key,)
+        options["nonnegative_metrics"] = (self.train_loss_key,)
         return options
 
     def round_step(self, inputs: RoundInputs, state: None) -> tuple[Aggregation, None]:
         """c_k = L F_k^q / sum_j h_j and the global term 1 - sum_k c_k; no state."""
         distances = squared_distances(inputs.global_model(), inputs.local_models())
-        coefficients = qffl_coefficients(inputs.losses, distances, self.q, 1.0 / self.client_lr)
+        coefficients = qffl_coefficients(inputs.losses, distances, self.q, 1.0 / self.client_learning_rate)
         return Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients))), state
 
     def summary(self) -> None:
         """Log the q-FFL settings, then the shared ones."""
         log(INFO, "\t├──> q-FFL settings:")
         log(INFO, "\t│\t├── q: %s", self.q)
-        log(INFO, "\t│\t└── client_lr: %s (L = %s)", self.client_lr, 1.0 / self.client_lr)
+        log(INFO, "\t│\t└── client_learning_rate: %s (L = %s)", self.client_learning_rate,
+            1.0 / self.client_learning_rate)
         super().summary()

@@ -36,7 +36,7 @@ class StrategySpec:
         How people call it ("TERM", "q-FFL").
     strategy : type[FedAvg]
         The Flower strategy class; its keyword arguments are the settings'
-        fields plus ``from_client``'s keys.
+        fields plus ``from_client``'s keys, renamed by ``arguments``.
     settings : type[Settings]
         Its parameters: the ``[strategy]`` fields a scenario sets for it.
     tuned : tuple of str
@@ -48,6 +48,11 @@ class StrategySpec:
     from_client : mapping
         Parameters taken from the scenario's ``[client]`` table:
         parameter -> client field (q-FFL's L = 1 / client_lr).
+    arguments : mapping
+        Parameter -> the class's argument, where the class takes Flower's
+        name for it (``client_lr`` is Flower's ``client_learning_rate``,
+        ``server_lr`` its ``server_learning_rate``); parameters keep the
+        scenario's and the store's names.
     """
 
     name: str
@@ -57,6 +62,7 @@ class StrategySpec:
     tuned: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()
     from_client: Mapping[str, str] = field(default_factory=dict)
+    arguments: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shown", tuple(dict.fromkeys((*self.tuned, *self.shown))))
@@ -67,13 +73,20 @@ class StrategySpec:
         values.update({key: getattr(client_table, source) for key, source in self.from_client.items()})
         return values
 
+    def build(self, strategy_table: Any, client_table: Any, **options: Any) -> FedAvg:
+        """The strategy a scenario's tables describe, with ``options`` (sampling) as further keywords."""
+        params = self.params(strategy_table, client_table)
+        return self.strategy(**{self.arguments.get(k, k): v for k, v in params.items()}, **options)
+
 
 STRATEGIES: dict[str, StrategySpec] = {
     spec.name: spec
     for spec in (
         StrategySpec("fedavg", "FedAvg", FedAvg, Settings),
-        StrategySpec("qffl", "q-FFL", QFFL, QFFLSettings, tuned=("q",), from_client={"client_lr": "lr"}),
-        StrategySpec("term", "TERM", TermFedAvg, TermSettings, tuned=("t",), shown=("lam",)),
+        StrategySpec("qffl", "q-FFL", QFFL, QFFLSettings, tuned=("q",), from_client={"client_lr": "lr"},
+                     arguments={"client_lr": "client_learning_rate"}),
+        StrategySpec("term", "TERM", TermFedAvg, TermSettings, tuned=("t",), shown=("lam",),
+                     arguments={"server_lr": "server_learning_rate"}),
         StrategySpec("afl", "AFL", AFL, AFLSettings, tuned=("lambda_lr",)),
     )
 }

@@ -23,7 +23,15 @@ from term_fl.keys import PARTITION_ID
 
 from .reports import ExcludedReply
 
-__all__ = ["arrays_of", "filter_replies", "metric_values", "metrics_of", "partition_id_of", "sent_index"]
+__all__ = [
+    "arrays_of",
+    "filter_replies",
+    "metric_carriers",
+    "metric_values",
+    "metrics_of",
+    "partition_id_of",
+    "sent_index",
+]
 
 
 def _is_number(value: object) -> bool:
@@ -43,9 +51,22 @@ def arrays_of(msg: Message) -> ArrayRecord:
     return records_of(msg.content, ArrayRecord)[0]
 
 
-def metric_values(replies: Sequence[Message], key: str) -> NDArray[np.float64]:
-    """The metric ``key`` of each (validated) reply as a float64 array."""
-    return np.array([float(metrics_of(msg)[key]) for msg in replies], dtype=np.float64)
+def metric_values(replies: Sequence[Message], key: str, missing: float | None = None) -> NDArray[np.float64]:
+    """The metric ``key`` of each (validated) reply as a float64 array.
+
+    With ``missing`` set, a reply without a number under ``key`` gives that
+    value instead (FedAvg records the losses that are sent: NaN for the others).
+    """
+    if missing is None:
+        return np.array([float(metrics_of(msg)[key]) for msg in replies], dtype=np.float64)
+    values = (metrics_of(msg).get(key) for msg in replies)
+    return np.array([float(v) if _is_number(v) else missing for v in values], dtype=np.float64)
+
+
+def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
+    """How many replies hold a MetricRecord, and how many of those carry ``key``."""
+    records = [metrics for msg in replies if (metrics := metrics_of(msg)) is not None]
+    return len(records), sum(1 for metrics in records if key in metrics)
 
 
 def partition_id_of(msg: Message, partition_key: str = PARTITION_ID) -> int | None:

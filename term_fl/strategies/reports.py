@@ -39,9 +39,9 @@ class TrainReport:
     node_ids : list[int]
         Node id of each valid reply, same order.
     losses : numpy.ndarray
-        F_k, the loss of the incoming global model each reply reported under
-        the strategy's ``loss_key`` (before ``clip_loss``, when that defence
-        is on).
+        F_k, the loss of the received global model each reply reported under
+        the strategy's ``train_loss_key`` (before ``clip_loss``, when that
+        defence is on; NaN where FedAvg, which needs none, got none).
     num_examples : numpy.ndarray
         n_k (metric ``weighted_by_key``).
     weights : numpy.ndarray

@@ -17,14 +17,16 @@ strategy's state.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from logging import INFO
 from typing import Any, Literal
 
 import numpy as np
+from flwr.app import MetricRecord, RecordDict
 from flwr.supercore import log
 from pydantic import Field
 
-from term_fl.keys import TRAIN_LOSS, TRAIN_LOSS_SUM
+from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
 from term_fl.tilting import term_round
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
@@ -33,7 +35,7 @@ from .settings import Settings
 
 __all__ = ["TermFedAvg", "TermSettings"]
 
-LOSS_KEYS = {"mean": TRAIN_LOSS, "sum": TRAIN_LOSS_SUM}
+LOSS_KEYS = {"mean": TRAIN_LOSS_BEFORE, "sum": TRAIN_LOSS_BEFORE_SUM}
 
 
 class TermSettings(Settings):
@@ -47,7 +49,7 @@ class TermSettings(Settings):
     base_weighting: Literal["num_examples", "uniform"] = Field(
         "num_examples", description="base weights a_k before tilting: proportional to n_k, or uniform")
     loss_reduction: Literal["mean", "sum"] = Field(
-        "mean", description="F_k the clients report: mean loss (train_loss) or summed loss (train_loss_sum)")
+        "mean", description="F_k the clients report: mean loss (train_loss_before) or summed loss (train_loss_before_sum)")
     server_lr: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False,
                              description="server learning rate eta_s (the reference code's step is 1/m)")
 
@@ -59,7 +61,16 @@ class TermFedAvg(FedAvg):
     learning rate, i.e. p_k with the default eta_s = 1) and
     ``last_round.diagnostics["running_estimate"]`` holds Rt
     (:attr:`running_estimate`).  t = 0 with ``base_weighting="num_examples"``
-    is FedAvg.
+    is FedAvg. Every training round needs F_k from the clients, at any t
+    (t = 0 included): a round in which no reply carries ``train_loss_key`` is
+    an error that says what to add to the ClientApp
+    (:func:`term_fl.client.pre_training_loss`).
+
+    Arguments in the order of Flower's QFedAvg, the tilt ``t`` in place of its
+    ``client_learning_rate, q``: ``t``, ``train_loss_key``, then Flower's
+    FedAvg arguments (names, positions and defaults as in
+    :class:`~term_fl.strategies.FedAvg`); TERM's other settings and term-fl's
+    are keywords.
 
     Parameters
     ----------
@@ -71,6 +82,14 @@ class TermFedAvg(FedAvg):
         one client that reports a huge F_k takes all the weight
         (``clip_loss`` of :class:`term_fl.strategies.FedAvg` bounds that; see
         :mod:`term_fl.robust`).
+    train_loss_key : str or None (default: None)
+        Metric key of F_k, the loss of the received global model on the
+        client's training data measured before local training; None picks it
+        from ``loss_reduction``: "train_loss_before" (mean) or
+        "train_loss_before_sum" (sum).
+    fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes, \
+weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
+        Flower's FedAvg arguments (see :class:`~term_fl.strategies.FedAvg`).
     lam : float (default: 1.0)
         Mixing rate lambda in (0, 1] of the running estimate Rt of the tilted
         objective across rounds. 1.0: no memory, the weights sum to 1. The
@@ -78,40 +97,63 @@ class TermFedAvg(FedAvg):
     base_weighting : {"num_examples", "uniform"} (default: "num_examples")
         Base weights a_k before tilting: proportional to n_k, or uniform.
     loss_reduction : {"mean", "sum"} (default: "mean")
-        Which F_k the clients' replies provide: the mean loss (metric
-        "train_loss") or, as the paper's reference code, the loss summed over
-        the device's samples (metric "train_loss_sum").
-    server_lr : float (default: 1.0)
-        eta_s in (0, 100] in w <- w - eta_s sum_k p_k (w - w_k). The reference
-        code's step is 1/m of FedAvg's (eta_s = 1/m for m clients per round).
-    loss_key : str or None (default: None)
-        Metric key of F_k; None picks it from ``loss_reduction``.
+        Which F_k the clients' replies provide: the mean loss or, as the
+        paper's reference code, the loss summed over the device's samples.
+    server_learning_rate : float (default: 1.0)
+        eta_s in (0, 100] in w <- w - eta_s sum_k p_k (w - w_k) (the
+        scenario's ``strategy.server_lr``). The reference code's step is 1/m
+        of FedAvg's (eta_s = 1/m for m clients per round).
     **kwargs
-        Passed to :class:`term_fl.strategies.FedAvg` (sampling, metric keys,
-        Flower's settings).
+        term-fl's keywords of :class:`~term_fl.strategies.FedAvg`
+        (``clients_per_round``, ``seed``, ``evaluate_fraction``, ``partition_key``).
     """
 
+    needs_loss = True
+
     # pylint: disable=too-many-arguments
-    def __init__(
+    def __init__(  # noqa: PLR0913
         self,
-        *,
         t: float = 1.0,
+        train_loss_key: str | None = None,
+        fraction_train: float = 1.0,
+        fraction_evaluate: float = 1.0,
+        min_train_nodes: int = 2,
+        min_evaluate_nodes: int = 2,
+        min_available_nodes: int = 2,
+        weighted_by_key: str = NUM_EXAMPLES,
+        arrayrecord_key: str = ARRAYS,
+        configrecord_key: str = CONFIG,
+        train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        *,
         lam: float = 1.0,
         base_weighting: str = "num_examples",
         loss_reduction: str = "mean",
-        server_lr: float = 1.0,
-        loss_key: str | None = None,
+        server_learning_rate: float = 1.0,
         **kwargs: Any,
     ) -> None:
         settings = TermSettings.of(type(self).__name__, t=t, lam=lam, base_weighting=base_weighting,
-                                   loss_reduction=loss_reduction, server_lr=server_lr)
-        super().__init__(loss_key=loss_key or LOSS_KEYS[settings.loss_reduction], **kwargs)
+                                   loss_reduction=loss_reduction, server_lr=server_learning_rate)
+        super().__init__(
+            fraction_train,
+            fraction_evaluate,
+            min_train_nodes,
+            min_evaluate_nodes,
+            min_available_nodes,
+            weighted_by_key,
+            arrayrecord_key,
+            configrecord_key,
+            train_metrics_aggr_fn,
+            evaluate_metrics_aggr_fn,
+            train_loss_key=train_loss_key or LOSS_KEYS[settings.loss_reduction],
+            server_learning_rate=settings.server_lr,
+            **kwargs,
+        )
         self.settings = settings
         self.t = settings.t
         self.lam = settings.lam
         self.base_weighting = settings.base_weighting
         self.loss_reduction = settings.loss_reduction
-        self.server_lr = settings.server_lr
 
     @property
     def running_estimate(self) -> float | None:
@@ -119,12 +161,11 @@ class TermFedAvg(FedAvg):
         return self.state
 
     def round_step(self, inputs: RoundInputs, state: float | None) -> tuple[Aggregation, float]:
-        """c_k = eta_s p_k and g = 1 - sum_k c_k from :func:`term_fl.tilting.term_round`; the state is Rt."""
+        """c_k = p_k and g = 1 - sum_k p_k from :func:`term_fl.tilting.term_round` (eta_s applied by FedAvg); the state is Rt."""
         base = inputs.num_examples if self.base_weighting == "num_examples" else None
         result = term_round(inputs.losses, base, self.t, self.lam, state)
-        coefficients = self.server_lr * result.weights
         return (
-            Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients))),
+            Aggregation(result.weights, global_coefficient=1.0 - float(np.sum(result.weights))),
             result.running_estimate,
         )
 
@@ -138,6 +179,5 @@ class TermFedAvg(FedAvg):
         log(INFO, "\t│\t├── t: %s (%s)", self.t,
             "fairness" if self.t > 0 else "robustness" if self.t < 0 else "FedAvg weights")
         log(INFO, "\t│\t├── lam: %s | base weighting: %s", self.lam, self.base_weighting)
-        log(INFO, "\t│\t├── loss: %s ('%s')", self.loss_reduction, self.loss_key)
-        log(INFO, "\t│\t└── server_lr: %s", self.server_lr)
+        log(INFO, "\t│\t└── loss: %s ('%s')", self.loss_reduction, self.train_loss_key)
         super().summary()
