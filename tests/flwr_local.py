@@ -1,12 +1,14 @@
-"""`flwr run APP local` in tests: a private Flower home and local SuperLink, stopped afterwards.
+"""`flwr run APP` in Flower's Simulation Engine from tests: a private Flower home and SuperLink, stopped afterwards.
 
-`flwr run APP local` starts a detached local SuperLink in simulation mode (its
-ports from FLWR_LOCAL_SUPERLINK_HTTP_API_PORT / FLWR_LOCAL_CONTROL_API_PORT,
-its state in $FLWR_HOME/local-superlink) that keeps running by design. Here
-every process started carries a marker in its environment, free ports keep
-other users' SuperLinks out of the way, and :meth:`LocalFlower.close` stops
-every process with the marker (SIGTERM, then SIGKILL), so a test leaves
-nothing running.
+`flwr run APP local` starts a detached SuperLink in simulation mode on fixed
+ports and restarts it whenever a 0.4 s health probe fails, which a loaded
+machine can miss (a second SuperLink then dies on the taken port). Here the
+test starts that SuperLink itself, with the options `local` uses
+(`--simulation --isolation subprocess`), on free ports, and names it in the
+private Flower home's config.toml; `flwr run APP test --federation-config ...`
+then runs the same Simulation Engine. Every process started carries a marker
+in its environment, and :meth:`LocalFlower.close` stops them all (SIGTERM,
+then SIGKILL), so a test leaves nothing running.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import uuid
 from pathlib import Path
 
 BIN = Path(sys.executable).parent
+CONNECTION = "test"
+START_S = 180.0  # how long the SuperLink may take to answer on a loaded machine
 
 
 def free_port() -> int:
@@ -31,7 +35,7 @@ def free_port() -> int:
 
 
 class LocalFlower:
-    """Runs `flwr` commands against a private local SuperLink (simulation mode)."""
+    """Runs `flwr` commands against a private SuperLink in simulation mode."""
 
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
@@ -39,11 +43,10 @@ class LocalFlower:
         self.marker = f"TERM_FL_FLWR_LOCAL_TEST={uuid.uuid4().hex}"
         key, value = self.marker.split("=", 1)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("FLWR_", "TERM_FL_"))}
+        env.pop("PYTHONPATH", None)  # the apps import what their FAB and this venv hold, nothing else
         env.update(
             PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # flower-superlink, flwr-* of this venv
             FLWR_HOME=str(self.home / "flwr"),
-            FLWR_LOCAL_SUPERLINK_HTTP_API_PORT=str(free_port()),
-            FLWR_LOCAL_CONTROL_API_PORT=str(free_port()),
             FLWR_TELEMETRY_ENABLED="0",
             FLWR_DISABLE_UPDATE_CHECK="1",
             FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
@@ -52,35 +55,52 @@ class LocalFlower:
             **{key: value},
         )
         self.env = env
+        self.port, self.control_port = free_port(), free_port()
+        self.superlink: subprocess.Popen | None = None
+        self.log = self.home / "superlink.log"
 
-    def start(self, attempts: int = 3) -> None:
-        """Start the local SuperLink (`flwr ls local` starts it), retrying.
-
-        Flower gives a starting SuperLink 15 s to answer and kills it
-        otherwise, which a loaded machine can exceed; a later attempt finds
-        its imports in the page cache.
-        """
-        for attempt in range(1, attempts + 1):
-            result = subprocess.run(["flwr", "ls", "local", "--format", "json"], env=self.env, cwd=self.home,
-                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120,
-                                    check=False)
-            if result.returncode == 0:
+    def start(self) -> None:
+        """Start the SuperLink and wait (up to START_S) until `flwr ls` reaches it."""
+        flwr_home = self.home / "flwr"
+        flwr_home.mkdir(parents=True, exist_ok=True)
+        (flwr_home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
+        cmd = ["flower-superlink", "--insecure", "--simulation", "--isolation", "subprocess",
+               "--control-api-address", f"127.0.0.1:{self.control_port}", "--host", "127.0.0.1",
+               "--port", str(self.port), "--database", str(self.home / "state.db")]
+        with open(self.log, "wb") as out:
+            self.superlink = subprocess.Popen(cmd, env=self.env, cwd=self.home, stdout=out, stderr=subprocess.STDOUT,
+                                              stdin=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + START_S
+        while True:
+            if self.superlink.poll() is not None:
+                raise RuntimeError(f"flower-superlink exited with {self.superlink.returncode}:\n{self.log.read_text()}")
+            try:
+                self.runs()
                 return
-            if attempt == attempts:
-                raise RuntimeError(f"the local SuperLink did not start in {attempts} attempts:\n{result.stdout}")
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, ValueError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"flower-superlink did not answer within {START_S:g} s:\n"
+                                       f"{self.log.read_text()}") from None
+                time.sleep(1.0)
 
     def run(self, app: Path, federation_config: str, run_config: str, timeout: float) -> subprocess.CompletedProcess:
-        """`flwr run APP local --stream` with these settings; stdout and stderr together."""
-        cmd = ["flwr", "run", str(Path(app).resolve()), "local", "--stream",
+        """`flwr run APP --stream` in the Simulation Engine with these settings; stdout and stderr together."""
+        cmd = ["flwr", "run", str(Path(app).resolve()), CONNECTION, "--stream",
                "--federation-config", federation_config, "--run-config", run_config]
         return subprocess.run(cmd, env=self.env, cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
 
     def runs(self) -> list[dict]:
-        """`flwr ls local --format json`: every run of the local SuperLink with its status."""
-        out = subprocess.run(["flwr", "ls", "local", "--format", "json"], env=self.env, cwd=self.home,
+        """`flwr ls --format json`: every run of the SuperLink with its status."""
+        out = subprocess.run(["flwr", "ls", CONNECTION, "--format", "json"], env=self.env, cwd=self.home,
                              capture_output=True, text=True, timeout=60, check=True).stdout
-        return json.loads(out)["runs"]
+        answer = json.loads(out)
+        if not answer.get("success"):
+            raise ValueError(f"flwr ls: {answer.get('error-message')}")
+        return answer["runs"]
 
     def _processes(self) -> list[int]:
         needle = self.marker.encode()
@@ -94,7 +114,7 @@ class LocalFlower:
         return pids
 
     def close(self) -> None:
-        """Stop every process this object started (the SuperLink, its SuperExec, Ray)."""
+        """Stop every process this object started (the SuperLink, its SuperExec, the simulation, Ray)."""
         for sig, wait_s in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
             for pid in self._processes():
                 try:
@@ -104,3 +124,8 @@ class LocalFlower:
             deadline = time.monotonic() + wait_s
             while self._processes() and time.monotonic() < deadline:
                 time.sleep(0.2)
+        if self.superlink is not None:
+            try:
+                self.superlink.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass

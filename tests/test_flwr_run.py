@@ -1,4 +1,4 @@
-"""`flwr run . local` (the repository as a Flower app) with fewer SuperNodes than devices.
+"""`flwr run .` in the Simulation Engine (the repository as a Flower app) with fewer SuperNodes than devices.
 
 The run must fail within seconds of the simulation's start with a hint naming
 ``num-supernodes`` (not wait for ``run.node_timeout``, here longer than the

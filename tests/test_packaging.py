@@ -31,11 +31,16 @@ NOT_FOR_STRATEGIES = ("ray", "torch", "fastapi", "plotly")
 DISTRIBUTION_OF = {"torch": "torch", "ray": "ray", "plotly": "plotly", "jinja2": "jinja2"}
 
 
+def clean_env() -> dict[str, str]:
+    """This process's environment without PYTHONPATH (term-fl's Flower engine sets it for Ray)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 def python(code: str, *, block: tuple[str, ...] = (), cwd: Path = REPO, exe: str = sys.executable):
     """Run ``code`` in a fresh interpreter in which the modules ``block`` cannot be imported."""
     prelude = "import sys\n" + "".join(f"sys.modules[{name!r}] = None\n" for name in block)
     return subprocess.run([exe, "-c", prelude + textwrap.dedent(code)], cwd=cwd, capture_output=True,
-                          text=True, timeout=300, check=False)
+                          text=True, timeout=300, check=False, env=clean_env())
 
 
 def test_the_plain_install_needs_only_flower_and_numpy():
@@ -202,7 +207,7 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
     src = source_tree(tmp_path / "src")
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                    "-w", str(wheels), str(src)], check=True, timeout=300, capture_output=True)
+                    "-w", str(wheels), str(src)], check=True, timeout=300, capture_output=True, env=clean_env())
     (wheel,) = wheels.glob("term_fl-0.2.0-*.whl")
 
     with zipfile.ZipFile(wheel) as archive:
@@ -215,7 +220,8 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
 
     exe = layered_venv(tmp_path / "venv")
     install = subprocess.run([sys.executable, "-m", "pip", "--python", str(exe), "install", "--no-index", "-q",
-                              f"{wheel}[all]"], capture_output=True, text=True, timeout=300, check=False)
+                              f"{wheel}[all]"], capture_output=True, text=True, timeout=300, check=False,
+                             env=clean_env())
     assert install.returncode == 0, install.stdout + install.stderr
 
     where = python("import term_fl, term_fl.strategies; print(term_fl.__file__, term_fl.__version__)",
@@ -225,11 +231,11 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
     assert Path(location).is_relative_to(tmp_path / "venv") and version == "0.2.0", "term_fl comes from the wheel"
 
     example = subprocess.run([str(exe), str(REPO / "tests" / "readme_example.py"), str(REPO / "README.md")],
-                             cwd=work, capture_output=True, text=True, timeout=300, check=False)
+                             cwd=work, capture_output=True, text=True, timeout=300, check=False, env=clean_env())
     assert example.returncode == 0, example.stdout + example.stderr
     assert "tilted weights of the last round" in example.stdout
 
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
+    env = {**clean_env(), "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
     run = subprocess.run([str(exe.parent / "term-fl"), "run", "--engine", "inprocess", "--rounds", "2"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
