@@ -20,8 +20,8 @@ AXES = {"history": ("history_small", "history_large"), "rounds": ("rounds_short"
 
 def run(opts: Options) -> BenchResult:
     raw = bench_dashboard(opts.size, opts.work_dir)
-    result = BenchResult(NAME, raw={**raw, "targets": TARGETS})
     raw["ratios"] = {}
+    result = BenchResult(NAME, raw={**raw, "targets": TARGETS})
     for axis, (base_key, big_key) in AXES.items():
         base, big = raw["stores"][base_key], raw["stores"][big_key]
         what = (f"{big['runs']} vs {base['runs']} runs" if axis == "history"
