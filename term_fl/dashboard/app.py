@@ -130,7 +130,7 @@ def _api_router() -> APIRouter:
         store: Store,
         response: Response,
         filters: Filters,
-        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Runs per page")] = 100,
+        limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Runs per page")] = PAGE_SIZE,
         offset: Annotated[int, Query(ge=0, description="Runs to skip (newest first)")] = 0,
     ) -> list[dict[str, Any]]:
         """Each run with its strategy parameters (t, q, tau, lam), progress, and the
