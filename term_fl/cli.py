@@ -17,6 +17,7 @@ from term_fl.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
+RUNS_TABLE_LIMIT = 50  # `term-fl runs` shows the newest 50 in its table, like the dashboard's runs page
 
 
 def default_db() -> Path:
@@ -73,7 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     runs.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
     runs.add_argument("--format", choices=("table", "json", "csv"), default="table",
                       help="table (default), json (a list of runs as the dashboard's /api/runs gives them) or csv")
-    runs.add_argument("--limit", type=int, help="at most this many runs (the newest)")
+    runs.add_argument("--limit", type=int,
+                      help=f"the newest N runs; 0 = all (default: {RUNS_TABLE_LIMIT} for the table, all for json and csv)")
     return parser
 
 
@@ -164,12 +166,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from term_fl.dashboard import queries
     from term_fl.results import ResultsStore
 
-    if args.limit is not None and args.limit < 1:
-        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    if args.limit is not None and args.limit < 0:
+        raise ConfigError(f"--limit must be 0 (all runs) or more, got {args.limit}")
+    limit = args.limit if args.limit is not None else (RUNS_TABLE_LIMIT if args.format == "table" else 0)
     db = store_path(args)
     with ResultsStore.open_readonly(db) as store:
         filters = {"scenario": args.scenario, "status": args.status, "strategy": args.strategy}
-        runs = queries.list_runs(store, **filters, limit=args.limit)
+        runs = queries.list_runs(store, **filters, limit=limit or None)
         total = store.count_runs(**filters)
     if args.format == "json":
         json.dump(runs, sys.stdout, indent=1, allow_nan=False)
@@ -189,7 +192,7 @@ def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
     from term_fl.strategies.registry import cell_label
 
     stats = sorted((s for s in statistics() if s["key"] in COMPARE_STATS), key=lambda s: COMPARE_STATS.index(s["key"]))
-    shown = f"{len(runs)} of {total} runs" if len(runs) < total else f"{total} runs"
+    shown = f"the newest {len(runs)} of {total} runs (--limit 0: all)" if len(runs) < total else f"{total} runs"
     table = Table(title=f"{shown} in {db} (test split, last evaluated round)", title_justify="left")
     table.add_column("run id", no_wrap=True, min_width=max((len(r["run_id"]) for r in runs), default=6))
     for col in ("scenario", "strategy", "seed", "status", "rounds"):

@@ -238,9 +238,25 @@ def test_runs_as_table_json_and_csv_with_filters_and_full_ids(tmp_path, capsys):
     assert main(["runs", "--db", str(db), "--format", "json", "--status", "running", "--strategy", "term"]) == 0
     assert [r["run_id"] for r in json.loads(capsys.readouterr().out)] == [ids[0]]
     assert main(["runs", "--db", str(db), "--scenario", "vehicle", "--limit", "2"]) == 0
-    assert "2 of 6 runs" in capsys.readouterr().out
-    assert main(["runs", "--db", str(db), "--limit", "0"]) == 2
-    assert "--limit must be at least 1" in capsys.readouterr().err
+    assert "the newest 2 of 6 runs" in capsys.readouterr().out
+    assert main(["runs", "--db", str(db), "--limit", "0"]) == 0
+    assert "6 runs" in capsys.readouterr().out
+    assert main(["runs", "--db", str(db), "--limit", "-1"]) == 2
+    assert "--limit must be 0 (all runs) or more" in capsys.readouterr().err
+
+
+def test_runs_table_shows_the_newest_50_and_json_every_run(tmp_path, capsys, monkeypatch):
+    import term_fl.cli as cli_module
+    from test_dashboard import RUNS, build_store
+
+    db = tmp_path / "r.db"
+    build_store(db, runs=RUNS)
+    monkeypatch.setattr(cli_module, "RUNS_TABLE_LIMIT", 4)
+    assert main(["runs", "--db", str(db)]) == 0
+    table = capsys.readouterr().out
+    assert "the newest 4 of 6 runs" in table and "fedavg-1" not in table
+    assert main(["runs", "--db", str(db), "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)) == 6
 
 
 def test_runs_imports_neither_torch_nor_ray_nor_the_web_app(tmp_path):
