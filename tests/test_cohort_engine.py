@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
 from conftest import small_scenario, vehicle_path
 from term_fl.flower_internals import from_array_record
-from term_fl.keys import ARRAYS, CONFIG, METRICS, SCENARIO, SERVER_ROUND
+from term_fl.keys import ARRAYS, CONFIG, METRICS, NUM_PARTITIONS, SCENARIO, SERVER_ROUND
 from term_fl.client_app import make_client_app
 from term_fl.engines.client_cache import ClientCache
 from term_fl.config import ConfigError, Scenario, config_hash, load_scenario
@@ -264,3 +264,19 @@ def test_the_grid_pauses_the_garbage_collector_only_while_it_answers_and_restore
     finally:
         gc.enable() if was else gc.disable()
     assert seen == [False, False] and all(r.has_error() for r in replies)
+
+
+def test_a_batch_the_clientapp_would_refuse_gets_the_clientapps_error_replies():
+    """A scenario that does not parse, or nodes whose partitions do not fit the dataset: the executor
+    declines and each client answers with the ClientApp's own error, as without it."""
+    scenario = small_scenario()
+    arrays = initial_arrays(scenario)
+    for scenario_json, num_partitions in (("{not json", 6), (scenario.to_json(), 7)):
+        grid = _grid(6, cohort=True)
+        for context in grid._contexts.values():
+            context.node_config[NUM_PARTITIONS] = num_partitions
+        config = ConfigRecord({SCENARIO: scenario_json, SERVER_ROUND: 1})
+        content = RecordDict({ARRAYS: arrays, CONFIG: config})
+        replies = list(grid.send_and_receive(
+            [Message(content, dst_node_id=n, message_type=MessageType.TRAIN) for n in range(1, 7)]))
+        assert len(replies) == 6 and all(r.has_error() for r in replies)

@@ -34,7 +34,7 @@ from flwr.app import ArrayRecord, Context, Message, MessageType
 from term_fl.client_app import Setting, Workspace, evaluate_reply, train_reply
 from term_fl.cohort import evaluate_cohort, supports, train_cohort
 from term_fl.data import FederatedDataset
-from term_fl.keys import ARRAYS, CONFIG, EVAL_SPLITS, PARTITION_ID, SCENARIO, SERVER_ROUND
+from term_fl.keys import ARRAYS, CONFIG, EVAL_SPLITS, NUM_PARTITIONS, PARTITION_ID, SCENARIO, SERVER_ROUND
 from term_fl.models import TermModel
 from term_fl.seeding import derive_seed
 from term_fl.training import as_tensors
@@ -117,10 +117,16 @@ class CohortExecutor:
             self._decline("the messages of a batch do not share one scenario and one global-model record")
             return None
         scenario_json, arrays = shared
-        setting = self._workspace.setting(scenario_json)
-        pids = [int(contexts[m.metadata.dst_node_id].node_config[PARTITION_ID]) for m in messages]
-        if any(not 0 <= pid < setting.dataset.num_devices for pid in pids):
-            return None  # the ClientApp reports the bad partition, client by client
+        try:
+            setting = self._workspace.setting(scenario_json)
+            num_devices = setting.dataset.num_devices
+            configs = [contexts[m.metadata.dst_node_id].node_config for m in messages]
+            pids = [int(config[PARTITION_ID]) for config in configs]
+        except Exception:  # noqa: BLE001 - the ClientApp turns it into each client's error reply
+            return None
+        if any(not 0 <= pid < num_devices or int(c.get(NUM_PARTITIONS, num_devices)) != num_devices
+               for pid, c in zip(pids, configs)):
+            return None  # the ClientApp reports the partition that does not fit, client by client
         if self._tensors.get(setting, False) is None:
             return None
         try:
