@@ -1,3 +1,20 @@
+# Copyright 2025 Flower Labs GmbH. All Rights Reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+# ==============================================================================
+# Modified by the term-fl authors: create_mock_reply of Flower's
+# framework/py/flwr/serverapp/strategy/strategy_utils_test.py, with any metrics
+# and the integer src_node_id a real reply carries.
 """Mock replies as Flower's own strategy tests build them, with the integer src_node_id a real reply carries."""
 
 from __future__ import annotations

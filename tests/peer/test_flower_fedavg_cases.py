@@ -1,3 +1,19 @@
+# Copyright 2025 Flower Labs GmbH. All Rights Reserved.
+#
+# Licensed under the Apache License, Version 2.0 (the "License");
+# you may not use this file except in compliance with the License.
+# You may obtain a copy of the License at
+#
+#     http://www.apache.org/licenses/LICENSE-2.0
+#
+# Unless required by applicable law or agreed to in writing, software
+# distributed under the License is distributed on an "AS IS" BASIS,
+# WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+# See the License for the specific language governing permissions and
+# limitations under the License.
+# ==============================================================================
+# Modified by the term-fl authors: only the class under test is swapped and the
+# mock replies carry an integer src_node_id (and, for TermFedAvg, the loss).
 """Flower 1.42's own FedAvg strategy test cases, run against term-fl's FedAvg and TermFedAvg(t=0).
 
 The cases are those of Flower's Message-API FedAvgM tests,
@@ -6,13 +22,12 @@ github.com/flwrlabs/flower (Copyright 2025 Flower Labs GmbH, Apache-2.0; last
 changed in 7851413d11 "Handle scalar arrays in strategies and mods" (#6783),
 the version that matches flwr 1.42.0's strategies), with the mock reply of
 ``strategy_utils_test.py``. FedAvgM with a server learning rate of 1 (Flower's
-tests use 1 + 1e-9) and no momentum is FedAvg. term-fl commits no copy of
-Flower's source: each case is restated here with Flower's inputs, steps and
-assertions, and runs against Flower's own ``FedAvgM`` as well, so a
-restatement that drifted from Flower's test would fail there first. Only the
-class under test changes, and, as the issue asked, the mock replies carry the
-integer ``src_node_id`` a real reply always carries (Flower's mocks leave it a
-``Mock``); TermFedAvg's mocks also carry the pre-training loss. term-fl's
+tests use 1 + 1e-9) and no momentum is FedAvg. Each case keeps Flower's
+inputs, steps and assertions (under Flower's license header, above) and runs
+against Flower's own ``FedAvgM`` as well, so a copy that drifted from
+Flower's test would fail there first. Only the class under test changes,
+and, as the issue asked, the mock replies carry the integer ``src_node_id``
+a real reply always carries (Flower's mocks leave it a ``Mock``); TermFedAvg's mocks also carry the pre-training loss. term-fl's
 FedAvg gets no loss at all: it needs none.
 """
 

@@ -1,4 +1,4 @@
-"""A Flower app in the shape of Flower's quickstart-pytorch, with a BatchNorm layer, under each strategy.
+"""Flower's quickstart-pytorch app, with a BatchNorm layer and the loss helper, under each strategy.
 
 ``quickstart_pytorch/`` (see README.md beside this file) runs for 3 rounds on
 4 virtual SuperNodes in Flower's Simulation Engine through ``flwr run APP``

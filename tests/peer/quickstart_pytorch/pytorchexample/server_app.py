@@ -1,42 +1,43 @@
-"""pytorchexample: the ServerApp.
+"""pytorchexample: A Flower / PyTorch app."""
 
-As in Flower's quickstart-pytorch, with the strategy taken from term-fl
-(``strategy`` in the run config picks FedAvg, TermFedAvg or QFFL) and, for
-the peer test, a JSON report of every round written to the run config's
-``report`` path instead of ``final_model.pt``.
-"""
+import json  # term-fl peer test: the report
 
-import json
-
-import numpy as np
+import numpy as np  # term-fl peer test: the report
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 
 from pytorchexample.task import Net, load_centralized_dataset, test
-from term_fl.strategies import QFFL, FedAvg, TermFedAvg
+from term_fl.strategies import QFFL, FedAvg, TermFedAvg  # term-fl
 
+# Create ServerApp
 app = ServerApp()
-snapshots = []  # one per evaluate_fn call: round 0 (initial model), then after each round
+snapshots = []  # term-fl peer test: the global model before round 1 and after each round
 
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    """Run the chosen strategy for num-server-rounds rounds."""
+    """Main entry point for the ServerApp."""
+
+    # Read run config
     fraction_evaluate: float = context.run_config["fraction-evaluate"]
     num_rounds: int = context.run_config["num-server-rounds"]
     lr: float = context.run_config["learning-rate"]
-    name: str = context.run_config["strategy"]
+    name: str = context.run_config["strategy"]  # term-fl peer test: "fedavg", "term" or "qffl"
 
-    arrays = ArrayRecord(Net().state_dict())
+    # Load global model
+    global_model = Net()
+    arrays = ArrayRecord(global_model.state_dict())
 
+    # Initialize the strategy (term-fl)
     if name == "term":
-        strategy = TermFedAvg(1.0, fraction_evaluate=fraction_evaluate)
+        strategy = TermFedAvg(1.0, fraction_evaluate=fraction_evaluate)  # t = 1
     elif name == "qffl":
-        strategy = QFFL(lr, fraction_evaluate=fraction_evaluate)
+        strategy = QFFL(lr, fraction_evaluate=fraction_evaluate)  # q = 0.1
     else:
         strategy = FedAvg(fraction_evaluate=fraction_evaluate)
 
+    # Start strategy, run FedAvg for `num_rounds`
     result = strategy.start(
         grid=grid,
         initial_arrays=arrays,
@@ -45,6 +46,7 @@ def main(grid: Grid, context: Context) -> None:
         evaluate_fn=global_evaluate,
     )
 
+    # term-fl peer test: a report of every round instead of final_model.pt
     report = {
         "strategy": type(strategy).__name__,
         "snapshots": snapshots,
@@ -65,8 +67,9 @@ def main(grid: Grid, context: Context) -> None:
 
 
 def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
-    """Evaluate the global model on held-out data; remember what the peer test checks."""
-    state = arrays.to_torch_state_dict()
+    """Evaluate model on central data."""
+
+    # term-fl peer test: what the test checks of the global model
     counter = arrays["bn1.num_batches_tracked"].numpy()
     snapshots.append(
         {
@@ -78,7 +81,18 @@ def global_evaluate(server_round: int, arrays: ArrayRecord) -> MetricRecord:
             "bn1_running_mean_sum": float(np.sum(arrays["bn1.running_mean"].numpy(), dtype=np.float64)),
         }
     )
+
+    # Load the model and initialize it with the received weights
     model = Net()
-    model.load_state_dict(state)
-    loss, accuracy = test(model, load_centralized_dataset(), torch.device("cpu"))
-    return MetricRecord({"accuracy": accuracy, "loss": loss})
+    model.load_state_dict(arrays.to_torch_state_dict())
+    device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    model.to(device)
+
+    # Load entire test set
+    test_dataloader = load_centralized_dataset()
+
+    # Evaluate the global model on the test set
+    test_loss, test_acc = test(model, test_dataloader, device)
+
+    # Return the evaluation metrics
+    return MetricRecord({"accuracy": test_acc, "loss": test_loss})

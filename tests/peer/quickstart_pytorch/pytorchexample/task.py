@@ -1,28 +1,18 @@
-"""pytorchexample: model, data and train / test loops.
-
-The shape of Flower's quickstart-pytorch ``task.py``: its CNN (from PyTorch's
-"60 Minute Blitz"), SGD with momentum 0.9, cross-entropy, dict batches
-``{"img": ..., "label": ...}`` as Flower Datasets gives them. Two changes for
-term-fl's peer tests: a BatchNorm layer (its ``num_batches_tracked`` buffer is
-a 0-d int64 array) and random tensors instead of CIFAR-10 (loading CIFAR-10
-needs torchvision and a download).
-"""
+"""pytorchexample: A Flower / PyTorch app."""
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
-from torch import nn
-from torch.utils.data import DataLoader, Dataset
-
-TRAIN_SIZE, TEST_SIZE, CENTRAL_SIZE = 64, 16, 64
+from torch.utils.data import DataLoader, Dataset  # term-fl peer test: random tensors, no torchvision
 
 
 class Net(nn.Module):
-    """Two conv layers (the first followed by BatchNorm), three linear layers, 10 classes."""
+    """Model (simple CNN adapted from 'PyTorch: A 60 Minute Blitz')"""
 
     def __init__(self):
-        super().__init__()
+        super(Net, self).__init__()
         self.conv1 = nn.Conv2d(3, 6, 5)
-        self.bn1 = nn.BatchNorm2d(6)
+        self.bn1 = nn.BatchNorm2d(6)  # term-fl peer test: a 0-d int64 buffer (num_batches_tracked)
         self.pool = nn.MaxPool2d(2, 2)
         self.conv2 = nn.Conv2d(6, 16, 5)
         self.fc1 = nn.Linear(16 * 5 * 5, 120)
@@ -30,16 +20,20 @@ class Net(nn.Module):
         self.fc3 = nn.Linear(84, 10)
 
     def forward(self, x):
-        x = self.pool(F.relu(self.bn1(self.conv1(x))))
+        x = self.pool(F.relu(self.bn1(self.conv1(x))))  # term-fl peer test: bn1
         x = self.pool(F.relu(self.conv2(x)))
-        x = torch.flatten(x, 1)
+        x = x.view(-1, 16 * 5 * 5)
         x = F.relu(self.fc1(x))
         x = F.relu(self.fc2(x))
         return self.fc3(x)
 
 
+# term-fl peer test: random tensors in place of CIFAR-10 (Flower Datasets, torchvision and a download)
+TRAIN_SIZE, TEST_SIZE, CENTRAL_SIZE = 64, 16, 64
+
+
 class RandomImages(Dataset):
-    """``size`` 3x32x32 images with labels 0..9, drawn from ``seed``; items are dicts."""
+    """``size`` 3x32x32 images with labels 0..9, drawn from ``seed``; items are dicts like Flower Datasets'."""
 
     def __init__(self, size: int, seed: int):
         generator = torch.Generator().manual_seed(seed)
@@ -54,49 +48,53 @@ class RandomImages(Dataset):
 
 
 def load_data(partition_id: int, num_partitions: int, batch_size: int):
-    """Train and test loaders of one partition (random data, seeded by the partition)."""
+    """Load partition data (random, seeded by the partition)."""
     seed = 1000 * num_partitions + partition_id
-    train = RandomImages(TRAIN_SIZE, seed)
-    test = RandomImages(TEST_SIZE, seed + 500)
-    generator = torch.Generator().manual_seed(seed)
-    return DataLoader(train, batch_size=batch_size, shuffle=True, generator=generator), DataLoader(
-        test, batch_size=batch_size
+    trainloader = DataLoader(
+        RandomImages(TRAIN_SIZE, seed), batch_size=batch_size, shuffle=True,
+        generator=torch.Generator().manual_seed(seed),
     )
+    testloader = DataLoader(RandomImages(TEST_SIZE, seed + 500), batch_size=batch_size)
+    return trainloader, testloader
 
 
 def load_centralized_dataset():
-    """A held-out loader for the server's evaluation."""
+    """Load test set and return dataloader."""
     return DataLoader(RandomImages(CENTRAL_SIZE, seed=7), batch_size=128)
 
 
 def train(net, trainloader, epochs, lr, device):
-    """SGD (momentum 0.9) on cross-entropy; returns the mean loss *during* training."""
-    net.to(device)
-    criterion = nn.CrossEntropyLoss().to(device)
+    """Train the model on the training set."""
+    net.to(device)  # move model to GPU if available
+    criterion = torch.nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(net.parameters(), lr=lr, momentum=0.9)
     net.train()
-    total, batches = 0.0, 0
+    running_loss = 0.0
     for _ in range(epochs):
         for batch in trainloader:
+            images = batch["img"].to(device)
+            labels = batch["label"].to(device)
             optimizer.zero_grad()
-            loss = criterion(net(batch["img"].to(device)), batch["label"].to(device))
+            loss = criterion(net(images), labels)
             loss.backward()
             optimizer.step()
-            total += loss.item()
-            batches += 1
-    return total / batches
+            running_loss += loss.item()
+    avg_trainloss = running_loss / (epochs * len(trainloader))
+    return avg_trainloss
 
 
 def test(net, testloader, device):
-    """Mean batch loss and accuracy."""
+    """Validate the model on the test set."""
     net.to(device)
-    net.eval()
-    criterion = nn.CrossEntropyLoss()
+    criterion = torch.nn.CrossEntropyLoss()
     correct, loss = 0, 0.0
     with torch.no_grad():
         for batch in testloader:
-            images, labels = batch["img"].to(device), batch["label"].to(device)
+            images = batch["img"].to(device)
+            labels = batch["label"].to(device)
             outputs = net(images)
             loss += criterion(outputs, labels).item()
-            correct += (outputs.argmax(1) == labels).sum().item()
-    return loss / len(testloader), correct / len(testloader.dataset)
+            correct += (torch.max(outputs.data, 1)[1] == labels).sum().item()
+    accuracy = correct / len(testloader.dataset)
+    loss = loss / len(testloader)
+    return loss, accuracy
