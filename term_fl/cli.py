@@ -10,9 +10,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from term_fl.config import ConfigError, load_scenario, parse_overrides
 from term_fl.data.errors import DataError
-from term_fl.errors import EngineStartError
+from term_fl.errors import ConfigError, EngineStartError
 from term_fl.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
@@ -80,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def resolve_overrides(args: argparse.Namespace) -> dict:
+    from term_fl.config import parse_overrides  # the scenario schema (and Flower) for run and sweep only
+
     overrides = parse_overrides(args.overrides)
     for key, value in (("run.rounds", args.rounds), ("run.seed", args.seed), ("run.engine", args.engine),
                        ("run.executor", args.executor)):
@@ -113,6 +114,7 @@ def output_dir(args: argparse.Namespace) -> Path | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.client_app import dataset_for
+    from term_fl.config import load_scenario
     from term_fl.console import RoundPrinter, RoundProgress, fairness_table, make_console, route_logs, run_header
     from term_fl.federation import FederationError
     from term_fl.results import ResultsStore
@@ -142,6 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from term_fl.config import load_scenario
     from term_fl.sweep import run_sweep
 
     scenario = load_scenario(args.config, resolve_overrides(args))

@@ -39,6 +39,7 @@ from pydantic import (
     model_validator,
 )
 
+from term_fl.errors import ConfigError
 from term_fl.fairness import STATISTICS
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 from term_fl.data.vehicle import ANY_SHA256, VEHICLE_SHA256, check_sha256
@@ -49,10 +50,6 @@ SWEEP_CELLS_KEY = "cells"  # [sweep] key holding a list of variants (inline tabl
 # A scenario name becomes part of folder names under ./runs/ and of run ids.
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit (it names folders under ./runs/)"
-
-
-class ConfigError(ValueError):
-    """A scenario, override or sweep value is invalid; the message names the key."""
 
 
 def _admits_bool(annotation: Any) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 
 import pytest
 
@@ -259,9 +260,10 @@ def test_runs_table_shows_the_newest_50_and_json_every_run(tmp_path, capsys, mon
     assert len(json.loads(capsys.readouterr().out)) == 6
 
 
-def test_runs_imports_neither_torch_nor_ray_nor_the_web_app(tmp_path):
-    """`term-fl runs` reads the store: no torch, Ray, FastAPI or plotly (it took 9.5 s to start when it imported
-    them). Flower itself comes in through the strategy registry (term_fl.strategies.registry holds the classes)."""
+@pytest.mark.parametrize("fmt", ["table", "csv"])
+def test_runs_imports_neither_flower_nor_torch_nor_ray_nor_the_web_app(tmp_path, fmt):
+    """`term-fl runs` reads the store: no Flower, torch, Ray, FastAPI or plotly (it took 9.5 s to start when it
+    imported them); the strategy registry's names and labels are read without importing the strategy classes."""
     import subprocess
     import sys
 
@@ -270,10 +272,11 @@ def test_runs_imports_neither_torch_nor_ray_nor_the_web_app(tmp_path):
     db = tmp_path / "r.db"
     build_store(db, runs=RUNS[:2])
     code = (
-        "import sys; from term_fl.cli import main; rc = main(['runs', '--db', sys.argv[1], '--format', 'csv']); "
-        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'ray', 'fastapi', 'plotly'}); "
+        "import sys; from term_fl.cli import main; rc = main(['runs', '--db', sys.argv[1], '--format', sys.argv[2]]); "
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'flwr', 'torch', 'ray', 'fastapi', 'plotly'}); "
         "print('HEAVY', heavy, rc, file=sys.stderr)"
     )
-    out = subprocess.run([sys.executable, "-c", code, str(db)], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code, str(db), fmt], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "COLUMNS": "200"})
     assert "HEAVY [] 0" in out.stderr, out.stderr
     assert "fedavg-1" in out.stdout

@@ -6,19 +6,23 @@ ranges and descriptions), its label, the parameters a sweep tunes on
 validation and names cells by, and the client settings it takes. The
 scenario schema, the server loop, the comparison, the results store and the
 dashboard all read this list; adding a strategy is one module and one entry.
+
+An entry names its classes by module and name and imports them when first
+used: the names, labels and parameters are read without importing Flower
+(``term-fl runs``, the dashboard and reports start without it).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .afl import AFL, AFLSettings
-from .fedavg import FedAvg
-from .qffl import QFFL, QFFLSettings
 from .settings import Defences, Settings
-from .term import TermFedAvg, TermSettings
+
+if TYPE_CHECKING:
+    from .fedavg import FedAvg
 
 __all__ = ["COMMON_SETTINGS", "PARAM_KEYS", "STRATEGIES", "StrategySpec", "build_strategy", "cell_label",
            "strategy_order"]
@@ -34,11 +38,12 @@ class StrategySpec:
         Its value of ``strategy.name`` (and in the store, summaries, tables).
     label : str
         How people call it ("TERM", "q-FFL").
-    strategy : type[FedAvg]
-        The Flower strategy class; its keyword arguments are the settings'
-        fields plus ``from_client``'s keys, renamed by ``arguments``.
-    settings : type[Settings]
-        Its parameters: the ``[strategy]`` fields a scenario sets for it.
+    strategy_ref, settings_ref : str
+        Where the Flower strategy class (:attr:`strategy`: its keyword
+        arguments are the settings' fields plus ``from_client``'s keys,
+        renamed by ``arguments``) and its parameters' model (:attr:`settings`:
+        the ``[strategy]`` fields a scenario sets for it) live, as
+        ``"module:Name"`` in ``term_fl.strategies``.
     tuned : tuple of str
         Parameters that a sweep varies and picks on validation, and that name
         a cell ("term t=20").
@@ -57,8 +62,8 @@ class StrategySpec:
 
     name: str
     label: str
-    strategy: type[FedAvg]
-    settings: type[Settings]
+    strategy_ref: str
+    settings_ref: str
     tuned: tuple[str, ...] = ()
     shown: tuple[str, ...] = ()
     from_client: Mapping[str, str] = field(default_factory=dict)
@@ -66,6 +71,16 @@ class StrategySpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shown", tuple(dict.fromkeys((*self.tuned, *self.shown))))
+
+    @property
+    def strategy(self) -> type[FedAvg]:
+        """The Flower strategy class (its module, and Flower, imported on first use)."""
+        return _resolve(self.strategy_ref)
+
+    @property
+    def settings(self) -> type[Settings]:
+        """The model of its parameters (its module imported on first use)."""
+        return _resolve(self.settings_ref)
 
     def params(self, strategy_table: Any, client_table: Any) -> dict[str, Any]:
         """The strategy's parameters from a scenario's ``[strategy]`` and ``[client]`` tables (validated models)."""
@@ -79,15 +94,21 @@ class StrategySpec:
         return self.strategy(**{self.arguments.get(k, k): v for k, v in params.items()}, **options)
 
 
+def _resolve(ref: str) -> Any:
+    """The object a ``"module:Name"`` reference of ``term_fl.strategies`` names."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+
+
 STRATEGIES: dict[str, StrategySpec] = {
     spec.name: spec
     for spec in (
-        StrategySpec("fedavg", "FedAvg", FedAvg, Settings),
-        StrategySpec("qffl", "q-FFL", QFFL, QFFLSettings, tuned=("q",), from_client={"client_lr": "lr"},
+        StrategySpec("fedavg", "FedAvg", "fedavg:FedAvg", "settings:Settings"),
+        StrategySpec("qffl", "q-FFL", "qffl:QFFL", "qffl:QFFLSettings", tuned=("q",), from_client={"client_lr": "lr"},
                      arguments={"client_lr": "client_learning_rate"}),
-        StrategySpec("term", "TERM", TermFedAvg, TermSettings, tuned=("t",), shown=("lam",),
+        StrategySpec("term", "TERM", "term:TermFedAvg", "term:TermSettings", tuned=("t",), shown=("lam",),
                      arguments={"server_lr": "server_learning_rate"}),
-        StrategySpec("afl", "AFL", AFL, AFLSettings, tuned=("lambda_lr",)),
+        StrategySpec("afl", "AFL", "afl:AFL", "afl:AFLSettings", tuned=("lambda_lr",)),
     )
 }
 
