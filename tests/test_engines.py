@@ -15,6 +15,7 @@ import pytest
 from conftest import small_scenario
 from term_fl.results import ResultsStore
 from term_fl.runs import run_one
+from term_fl.strategies.registry import STRATEGIES
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +45,7 @@ def raylet_processes() -> list[str]:
     return [line for line in out.splitlines() if "raylet" in line and line.split()[1] == mine]
 
 
-@pytest.mark.parametrize("strategy", ["fedavg", "qffl", "term"])
+@pytest.mark.parametrize("strategy", list(STRATEGIES))  # every registered strategy, AFL included
 def test_flower_and_inprocess_engines_record_the_same_metrics(strategy, tmp_path):
     store = ResultsStore(tmp_path / "results.db")
     ids = {}
