@@ -276,8 +276,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.command in EXTRAS_NEEDED:
             extra, modules = EXTRAS_NEEDED[args.command]
             require(extra, *modules, purpose=f"term-fl {args.command}")
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, so that a reader gone away is seen below and not at the interpreter's exit
+        return code
     except USAGE_ERRORS as exc:
+        if isinstance(exc, BrokenPipeError) and args.command in PIPED_COMMANDS:
+            return _reader_gone()
         if args.debug or getattr(args, "verbose", False):
             traceback.print_exc()
         print(f"term-fl: error: {describe_error(exc)}", file=sys.stderr)
@@ -288,6 +292,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 INTERRUPTED_EXIT = 130
+PIPED_COMMANDS = ("runs",)  # their output is read by other programs (`term-fl runs --format csv | head`)
+BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a Unix tool whose reader went away
+
+
+def _reader_gone() -> int:
+    """The reader of stdout went away: stop without a message, as Unix tools do.
+
+    Standard output is pointed at /dev/null first, so that the interpreter's
+    own flush at exit does not fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return BROKEN_PIPE_EXIT
 
 
 def entry() -> None:

@@ -280,3 +280,21 @@ def test_runs_imports_neither_flower_nor_torch_nor_ray_nor_the_web_app(tmp_path,
                          env={**os.environ, "COLUMNS": "200"})
     assert "HEAVY [] 0" in out.stderr, out.stderr
     assert "fedavg-1" in out.stdout
+
+
+def test_runs_piped_into_a_reader_that_goes_away_stops_quietly(tmp_path):
+    """`term-fl runs | head`: when the reader of stdout is gone, no error message and no traceback, and the
+    exit status a shell gives a Unix tool killed by SIGPIPE (141), not the usage error's 2."""
+    import subprocess
+    import sys
+
+    from test_dashboard import RUNS, build_store
+
+    db = tmp_path / "r.db"
+    build_store(db, runs=RUNS[:2])
+    child = subprocess.Popen([sys.executable, "-m", "term_fl", "runs", "--db", str(db), "--format", "json"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    child.stdout.close()  # the reader is gone before the child writes (it takes a while to start)
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=120) == 141, err
+    assert err == ""
