@@ -54,7 +54,9 @@ def _runs(folder: Path) -> dict[str, dict[str, Any]]:
 
 
 def _cell(name: str) -> str:
-    return re.sub(r"_?run\.seed=[^_]*", "", name) or "base"
+    """A run folder's cell without its seed: ``term_t=1_seed=0`` (0.2.0) or
+    ``strategy.name=term_strategy.t=1.0_run.seed=0`` (before) -> ``term_t=1`` / ``strategy.name=term_strategy.t=1.0``."""
+    return re.sub(r"(^|_)(run\.)?seed=[^_]*", "", name).strip("_") or "base"
 
 
 def _model_gap(a: Path, b: Path) -> float | None:
@@ -133,11 +135,11 @@ def print_report(report: dict[str, Any]) -> None:
 
 def run_both(config: Path, overrides: list[str], out: Path) -> dict[str, float]:
     """Run the scenario's sweep with each executor (term-fl sweep's code, in-process engine); wall times."""
-    from term_fl.cli import _quiet_logs
     from term_fl.config import load_scenario
+    from term_fl.console import make_console, route_logs
     from term_fl.sweep import run_sweep
 
-    _quiet_logs(False)
+    route_logs(make_console(), verbose=False)  # as `term-fl sweep` without -v
     walls = {}
     for executor in EXECUTORS:
         scenario = load_scenario(config, [*overrides, f"run.executor={executor}"])

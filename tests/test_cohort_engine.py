@@ -280,3 +280,29 @@ def test_a_batch_the_clientapp_would_refuse_gets_the_clientapps_error_replies():
         replies = list(grid.send_and_receive(
             [Message(content, dst_node_id=n, message_type=MessageType.TRAIN) for n in range(1, 7)]))
         assert len(replies) == 6 and all(r.has_error() for r in replies)
+
+
+def test_the_equivalence_tool_runs_a_sweep_with_both_executors_and_pairs_every_run(tmp_path, capsys):
+    """`python -m benchmarks.cohort_equivalence CONFIG`: both sweeps run (term-fl sweep's code), every run of
+    one is paired with its cell and seed in the other, and the report's numbers are those of the two stores."""
+    from benchmarks import cohort_equivalence
+
+    config = tmp_path / "tiny.toml"
+    config.write_text(
+        'name = "tiny"\n[run]\nrounds = 2\nclients_per_round = 3\n'
+        '[data]\nnum_devices = 6\nmax_samples = 60\ntrain_fraction = 0.6\nval_fraction = 0.2\ntest_fraction = 0.2\n'
+        '[client]\nbatch_size = 16\n'
+        '[sweep]\n"strategy.name" = ["fedavg", "term"]\n"run.seed" = [0, 1]\n'
+    )
+    out = tmp_path / "eq"
+    assert cohort_equivalence.main([str(config), "--out", str(out)]) == 0
+    report = json.loads((out / "equivalence.json").read_text())
+    assert report["runs_paired"] == 4  # 2 cells x 2 seeds
+    assert set(report["sweep_wall_s"]) == {"sequential", "cohort"}
+    assert len(report["rows"]) == 2 * len(cohort_equivalence.STATS)
+    for row in report["rows"]:
+        assert row["seeds"] == 2 and row["max_abs_diff"] >= abs(row["mean_diff"])
+    # The paired numbers are the stores' own: compare() on the two folders gives the same report.
+    again = cohort_equivalence.compare(out / "sequential", out / "cohort")
+    assert again["rows"] == report["rows"]
+    assert "runs paired" in capsys.readouterr().out
