@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             if name in NEEDS_RAY and importlib.util.find_spec("ray") is None:
                 console.print(f"  {name} skipped: it runs Flower's Simulation Engine, which needs Ray "
-                              "(pip install 'term-fl[sim]')")
+                              "(pip install 'term-fl[sim]')", markup=False)  # [sim] is not a style
                 continue
             try:
                 result = _module(name).run(opts)

@@ -102,6 +102,7 @@ def test_the_benchmarks_that_need_no_ray_run_without_it(tmp_path):
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "vehicle_table skipped" in result.stdout and "needs Ray" in result.stdout
+    assert "'term-fl[sim]'" in " ".join(result.stdout.split()), result.stdout  # the extra, named whole
     data = json.loads(out.read_text())
     assert list(data["benchmarks"]) == ["store"]
     assert data["machine"]["versions"]["ray"] is None
