@@ -110,6 +110,13 @@ def test_fedavg_records_the_loss_when_sent_nan_otherwise():
     assert strategy.last_round.excluded == []
 
 
+def test_fedavg_logs_f_k_only_for_replies_that_sent_it(caplog):
+    with caplog.at_level("INFO", logger="flwr"):
+        aggregate(FedAvg(), [{"num-examples": 1, "train_loss_before": 0.25}, {"num-examples": 3}])
+    lines = [r.getMessage() for r in caplog.records if "> node" in r.getMessage()]
+    assert lines == ["\t> node 10 (partition -1): F_k = 0.25, weight 0.25", "\t> node 11 (partition -1): weight 0.75"]
+
+
 NEEDS_LOSS = {
     "TermFedAvg(t=0)": lambda: TermFedAvg(0.0),
     "TermFedAvg(t=1)": lambda: TermFedAvg(1.0),

@@ -132,7 +132,10 @@ def _log_report(report: TrainReport) -> None:
             ", ".join(f"{k} = {v:.6g}" for k, v in scalars.items()))
     for node, partition, loss, weight in zip(report.node_ids, report.partition_ids, report.losses,
                                              report.weights, strict=True):
-        log(INFO, "\t> node %d (partition %s): F_k = %.6g, weight %.6g", node, partition, loss, weight)
+        if math.isnan(loss):  # a strategy that needs no loss (FedAvg) and a reply that sent none
+            log(INFO, "\t> node %d (partition %s): weight %.6g", node, partition, weight)
+        else:
+            log(INFO, "\t> node %d (partition %s): F_k = %.6g, weight %.6g", node, partition, loss, weight)
 
 
 class FedAvg(FlowerFedAvg):
