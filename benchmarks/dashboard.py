@@ -4,7 +4,7 @@ Calls :func:`benchmarks.dashboard_bench.bench_dashboard`: stores of 50 and
 500 runs (60 rounds x 100 devices; the sweep the comparison and the report
 look at is the same 50 runs in both) and of 100 runs with 6 and 60 rounds.
 Targets: the 500-run store costs <= 2x the 50-run store, 60 rounds <= 1.5x
-6 rounds, for every view. --size small (for CI, seconds): 20 vs 100 runs of
+6 rounds, for every view. --size small (for CI, seconds): 50 vs 150 runs of
 20 rounds x 10 devices, 20 runs of 2 vs 20 rounds.
 """
 

@@ -69,7 +69,9 @@ class Sizes:
 
 
 SIZES = {
-    "small": Sizes(devices=10, rounds=20, short_rounds=2, history_small=20, history_large=100,
+    # small: the sweep is 50 runs as in full, so that the runs page and /api/runs show a full page of 50
+    # in both history stores (with 20 runs the small store's page held 20 rows, the large one's 50)
+    "small": Sizes(devices=10, rounds=20, short_rounds=2, history_small=50, history_large=150,
                    rounds_runs=20, repeats=2),
     "full": Sizes(devices=100, rounds=60, short_rounds=6, history_small=50, history_large=500,
                   rounds_runs=100, repeats=3),
@@ -138,52 +140,76 @@ def build_store(path: Path, *, scenario: str, runs: int, rounds: int, devices: i
     return ids
 
 
-def _timed(fn: Callable[[], Any], repeats: int, budget_s: float = 3.0) -> dict[str, Any]:
-    """Median and every time of at least ``repeats`` calls after one warm-up call; a fast view is
-    called again until ``budget_s`` seconds are spent (at most 25 times), so that its median is not
-    one unlucky millisecond on a shared machine."""
-    fn()
-    times: list[float] = []
-    while len(times) < repeats or (sum(times) < budget_s and len(times) < 25):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return {"median_s": statistics.median(times), "times_s": times}
+def _timed_pair(calls: dict[str, Callable[[], Any]], repeats: int, budget_s: float = 6.0) -> dict[str, dict[str, Any]]:
+    """Median and every time of the calls of a pair of stores, taken in turns after one warm-up call each.
+
+    Turns, so that a burst of load on the shared machine falls on both stores
+    of a pair and not on one of them (the ratio is the point); a fast view is
+    called again until ``budget_s`` seconds are spent (at most 25 turns), so
+    that its median is not one unlucky millisecond.
+    """
+    for call in calls.values():
+        call()
+    times: dict[str, list[float]] = {key: [] for key in calls}
+    turns = 0
+    while turns < repeats or (sum(map(sum, times.values())) < budget_s and turns < 25):
+        for key, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[key].append(time.perf_counter() - start)
+        turns += 1
+    return {key: {"median_s": statistics.median(t), "times_s": t} for key, t in times.items()}
 
 
-def measure(db: Path, *, compare_ids: list[str], scenario: str, repeats: int, work: Path) -> dict[str, Any]:
-    """Time every view of the store at ``db``."""
+def measure_pair(stores: dict[str, tuple[Path, list[str], str]], *, repeats: int, work: Path) -> dict[str, dict[str, Any]]:
+    """Time every view of a pair of stores, key -> (path, the runs compared, the scenario reported), in turns."""
     from fastapi.testclient import TestClient
 
     from term_fl.dashboard import create_app, write_report
 
-    results: dict[str, Any] = {}
-    ids = ",".join(compare_ids)
-    with TestClient(create_app(db)) as client:
+    results: dict[str, dict[str, Any]] = {key: {} for key in stores}
+    clients = {key: TestClient(create_app(db)) for key, (db, _, _) in stores.items()}
+    try:
+        for client in clients.values():
+            client.__enter__()
 
-        def get(url: str) -> Callable[[], None]:
-            def call() -> None:
-                response = client.get(url)
-                if response.status_code != 200:
-                    raise RuntimeError(f"GET {url[:80]} answered {response.status_code}: {response.text[:300]}")
+        def get(view: str, url: str) -> dict[str, Callable[[], None]]:
+            def call(key: str) -> Callable[[], None]:
+                target = url.format(ids=",".join(stores[key][1]))
 
-            return call
+                def one() -> None:
+                    response = clients[key].get(target)
+                    if response.status_code != 200:
+                        raise RuntimeError(f"GET {target[:80]} answered {response.status_code}: {response.text[:300]}")
 
-        results["runs_page"] = _timed(get("/"), repeats)
-        results["api_runs"] = _timed(get("/api/runs"), repeats)
-        results["api_compare"] = _timed(get(f"/api/compare?runs={ids}"), repeats)
-        results["compare_page"] = _timed(get(f"/compare?runs={ids}"), repeats)
-    env = {**os.environ, "COLUMNS": "120", "TERM_FL_DB": str(db)}
+                return one
 
-    def cli() -> None:
-        subprocess.run([sys.executable, "-m", "term_fl", "runs", "--db", str(db)], env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)  # fmt: skip
+            return {key: call(key) for key in stores}
 
-    results["cli_runs"] = _timed(cli, repeats)
-    out = work / "report.html"
-    results["report"] = _timed(lambda: write_report(db, scenario, out), repeats)
-    results["report"]["bytes"] = out.stat().st_size
-    results["compared_runs"] = len(compare_ids)
+        for view, url in (("runs_page", "/"), ("api_runs", "/api/runs"), ("api_compare", "/api/compare?runs={ids}"),
+                          ("compare_page", "/compare?runs={ids}")):  # fmt: skip
+            for key, timing in _timed_pair(get(view, url), repeats).items():
+                results[key][view] = timing
+    finally:
+        for client in clients.values():
+            client.__exit__(None, None, None)
+
+    def cli(db: Path) -> Callable[[], None]:
+        env = {**os.environ, "COLUMNS": "120", "TERM_FL_DB": str(db)}
+        return lambda: subprocess.run([sys.executable, "-m", "term_fl", "runs", "--db", str(db)], env=env, check=True,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=600)  # fmt: skip
+
+    for key, timing in _timed_pair({key: cli(db) for key, (db, _, _) in stores.items()}, repeats).items():
+        results[key]["cli_runs"] = timing
+    outs = {key: work / f"report-{key}.html" for key in stores}
+
+    def report(key: str) -> Callable[[], None]:
+        return lambda: write_report(stores[key][0], stores[key][2], outs[key])
+
+    for key, timing in _timed_pair({key: report(key) for key in stores}, repeats).items():
+        results[key]["report"] = {**timing, "bytes": outs[key].stat().st_size}
+    for key, (_, ids, _) in stores.items():
+        results[key]["compared_runs"] = len(ids)
     return results
 
 
@@ -228,11 +254,12 @@ def bench_dashboard(size: str = "small", work_dir: Path | None = None) -> dict[s
         "rounds_short": (short, short_ids, ROUNDS_SCENARIO, s.rounds_runs, s.short_rounds),
         "rounds_long": (long, long_ids, ROUNDS_SCENARIO, s.rounds_runs, s.rounds),
     }
-    for key, (db, ids, scenario, runs, rounds) in plan.items():
-        raw["stores"][key] = {
-            "runs": runs, "rounds": rounds, "devices": s.devices, "db_bytes": db.stat().st_size,
-            **measure(db, compare_ids=ids, scenario=scenario, repeats=s.repeats, work=work),
-        }  # fmt: skip
+    for pair in (("history_small", "history_large"), ("rounds_short", "rounds_long")):
+        timings = measure_pair({key: plan[key][:3] for key in pair}, repeats=s.repeats, work=work)
+        for key in pair:
+            db, _, _, runs, rounds = plan[key]
+            raw["stores"][key] = {"runs": runs, "rounds": rounds, "devices": s.devices, "db_bytes": db.stat().st_size,
+                                  **timings[key]}  # fmt: skip
     shutil.rmtree(work, ignore_errors=True)
     return raw
 
