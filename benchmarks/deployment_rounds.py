@@ -12,8 +12,14 @@ Runs, one after the other in one invocation:
    (TERM_FL_E2E_FAIRNESS_NODES / TERM_FL_E2E_ROUNDS).
 
 Prints each round's duration (the results store's ``rounds.duration_s``),
-the median after round 1, and the compose / local ratio. Every process the
-local part starts is stopped at its end (SuperNodes before the SuperLink).
+the median after round 1, and the compose / local ratio; then where a round's
+time goes in each: the training phase (``configure_train`` to
+``aggregate_train`` in the ServerApp's log, as ``flwr run --stream`` shows it
+in both), the evaluation phase (``configure_evaluate`` to
+``aggregate_evaluate``) and the rest (aggregation, the store, sampling), and
+the time from the ServerApp's start to the first ``configure_train``
+(discovery). Every process the local part starts is stopped at its end
+(SuperNodes before the SuperLink).
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -63,6 +72,60 @@ def _set(args: list[str], flag: str, value: str) -> list[str]:
     return [*args, flag, value]
 
 
+PHASE_MARKS = ("configure_train:", "aggregate_train:", "configure_evaluate:", "aggregate_evaluate:")
+SERVERAPP_START = "Start `flwr-serverapp` process"
+
+
+def phases(lines: list[tuple[float, str]]) -> dict[str, Any]:
+    """Per round, the seconds of training and of evaluation from the ServerApp's timestamped log
+    lines, and the seconds from the ServerApp's start to the first configure_train."""
+    marks: dict[str, list[float]] = {m: [] for m in PHASE_MARKS}
+    start = None
+    for t, line in lines:
+        if SERVERAPP_START in line and start is None:
+            start = t
+        for m in PHASE_MARKS:
+            if m in line and (m != "aggregate_train:" or "valid replies" in line):
+                marks[m].append(t)
+    n = min(len(v) for v in marks.values())
+    train = [marks["aggregate_train:"][i] - marks["configure_train:"][i] for i in range(n)]
+    evaluate = [marks["aggregate_evaluate:"][i] - marks["configure_evaluate:"][i] for i in range(n)]
+    first = marks["configure_train:"][0] if marks["configure_train:"] else None
+    return {"train_s": train, "evaluate_s": evaluate,
+            "start_to_first_round_s": None if start is None or first is None else first - start}
+
+
+def _stamp(stream, out: Path) -> None:
+    """Copy a process's output to a file, each line prefixed with the wall-clock time it arrived."""
+    with out.open("w") as f:
+        for line in iter(stream.readline, ""):
+            f.write(f"{time.time():.3f} {line}")
+            f.flush()
+
+
+def _read_stamped(path: Path) -> list[tuple[float, str]]:
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        t, _, rest = line.partition(" ")
+        try:
+            out.append((float(t), rest))
+        except ValueError:
+            continue
+    return out
+
+
+def _read_compose_log(path: Path, service: str) -> list[tuple[float, str]]:
+    """``docker compose logs --timestamps`` lines of one service: (epoch seconds, text)."""
+    out = []
+    pattern = re.compile(rf"^{re.escape(service)}-\d+\s+\|\s+(\S+)Z (.*)$")
+    for line in path.read_text(errors="replace").splitlines():
+        m = pattern.match(line)
+        if m:
+            stamp = m[1][:26]  # microseconds: datetime parses at most 6 fraction digits
+            out.append((datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp(), m[2]))
+    return out
+
+
 def round_durations(db: Path) -> list[float]:
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
@@ -71,7 +134,7 @@ def round_durations(db: Path) -> list[float]:
         con.close()
 
 
-def run_local(nodes: int, rounds: int, work: Path) -> list[float]:
+def run_local(nodes: int, rounds: int, work: Path) -> tuple[list[float], dict[str, Any]]:
     import yaml
 
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
@@ -82,10 +145,12 @@ def run_local(nodes: int, rounds: int, work: Path) -> list[float]:
                     FLWR_DISABLE_UPDATE_CHECK="1", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
     procs: list[subprocess.Popen] = []
 
-    def start(args: list[str], name: str, **env: str) -> subprocess.Popen:
-        log = open(work / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    def start(args: list[str], name: str, stamped: bool = False, **env: str) -> subprocess.Popen:
+        log = subprocess.PIPE if stamped else open(work / f"{name}.log", "w")  # noqa: SIM115 (closed with it)
+        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True,
                              env={**base_env, "FLWR_HOME": str(work / f"home-{name}"), **env})
+        if stamped:
+            threading.Thread(target=_stamp, args=(p.stdout, work / f"{name}.log"), daemon=True).start()
         procs.append(p)
         return p
 
@@ -104,11 +169,13 @@ def run_local(nodes: int, rounds: int, work: Path) -> list[float]:
         cli = start(["sh", str(REPO / "deploy" / "submit.sh"), "flwr", "run", str(REPO), "local", "--stream",
                      "--run-config",
                      f'scenario="configs/fairness.toml" overrides="{overrides}" results-dir="{results}"'],
-                    "flwr-run", TERM_FL_SUPERLINK_ADDRESS=f"127.0.0.1:{port}", TERM_FL_CONNECTION="local",
-                    TERM_FL_ROOT_CERTIFICATES=str(certs / "ca.crt"))
+                    "flwr-run", stamped=True, TERM_FL_SUPERLINK_ADDRESS=f"127.0.0.1:{port}",
+                    TERM_FL_CONNECTION="local", TERM_FL_ROOT_CERTIFICATES=str(certs / "ca.crt"))
         if cli.wait(timeout=3600) != 0:
+            time.sleep(1)
             raise RuntimeError(f"local run failed:\n{(work / 'flwr-run.log').read_text()[-3000:]}")
-        return round_durations(results / "results.db")
+        time.sleep(1)  # the stamping thread's last lines
+        return round_durations(results / "results.db"), phases(_read_stamped(work / "flwr-run.log"))
     finally:
         for p in reversed(procs):  # SuperNodes and the CLI before the SuperLink
             if p.poll() is None:
@@ -120,15 +187,17 @@ def run_local(nodes: int, rounds: int, work: Path) -> list[float]:
                     p.wait()
 
 
-def run_compose(nodes: int, rounds: int) -> list[float]:
+def run_compose(nodes: int, rounds: int, work: Path) -> tuple[list[float], dict[str, Any], str]:
     env = {**os.environ, "TERM_FL_E2E_FAIRNESS_NODES": str(nodes), "TERM_FL_E2E_ROUNDS": str(rounds),
-           "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+           "TERM_FL_E2E_LOG_DIR": str(work), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = subprocess.run(["bash", str(REPO / "deploy" / "e2e.sh"), "fairness"], capture_output=True, text=True,
                          env=env, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"deploy/e2e.sh fairness failed:\n{out.stderr[-4000:]}")
     match = re.search(r"fairness: store ok: (\{.*\})", out.stderr)
-    return json.loads(match[1])["round_s"]
+    steps = out.stderr[out.stderr.find("e2e step"):]
+    return (json.loads(match[1])["round_s"], phases(_read_compose_log(work / "fairness.log", "submit-fairness")),
+            steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,24 +206,40 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--skip-compose", action="store_true")
     args = parser.parse_args(argv)
+    load = [os.getloadavg()[0]]
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.monotonic()
-        local = run_local(args.nodes, args.rounds, Path(tmp))
+        local, local_phases = run_local(args.nodes, args.rounds, Path(tmp))
         t_local = time.monotonic() - t0
+    load.append(os.getloadavg()[0])
     compose: list[float] = []
+    compose_phases: dict[str, Any] = {}
+    steps = ""
     if not args.skip_compose:
-        compose = run_compose(args.nodes, args.rounds)
-    print(f"fairness topology, {args.nodes} SuperNodes, TLS, {args.rounds} rounds; "
-          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
-    for name, values in (("local processes", local), ("docker compose", compose)):
-        if values:
-            later = values[1:] or values
-            print(f"{name:<16} rounds {', '.join(f'{v:.1f}' for v in values)} s; "
-                  f"median after round 1 {statistics.median(later):.1f} s")
+        with tempfile.TemporaryDirectory() as tmp:
+            compose, compose_phases, steps = run_compose(args.nodes, args.rounds, Path(tmp))
+        load.append(os.getloadavg()[0])
+    print(f"fairness topology, {args.nodes} SuperNodes, TLS, {args.rounds} rounds; load average (1 min) "
+          f"{' / '.join(f'{x:.1f}' for x in load)} (start / after local / after compose) on {os.cpu_count()} CPUs")
+    for name, values, ph in (("local processes", local, local_phases), ("docker compose", compose, compose_phases)):
+        if not values:
+            continue
+        later = values[1:] or values
+        print(f"{name:<16} rounds {', '.join(f'{v:.1f}' for v in values)} s; "
+              f"median after round 1 {statistics.median(later):.1f} s")
+        if ph.get("train_s"):
+            rest = [r - t - e for r, t, e in zip(values, ph["train_s"], ph["evaluate_s"])]
+            print(f"{'':<16} train phase {', '.join(f'{v:.1f}' for v in ph['train_s'])} s; "
+                  f"evaluate phase {', '.join(f'{v:.1f}' for v in ph['evaluate_s'])} s; "
+                  f"rest {', '.join(f'{v:.1f}' for v in rest)} s")
+        if ph.get("start_to_first_round_s") is not None:
+            print(f"{'':<16} ServerApp start to round 1 (app load, discovery): {ph['start_to_first_round_s']:.1f} s")
     if local and compose:
         ratio = statistics.median(compose[1:] or compose) / statistics.median(local[1:] or local)
         print(f"compose / local round time: {ratio:.2f} (target <= 1.5)")
     print(f"local part: {t_local:.0f} s wall")
+    if steps:
+        print(steps.rstrip())
     return 0
 
 

@@ -36,7 +36,8 @@
 #
 # Environment: TERM_FL_E2E_ROUNDS, TERM_FL_E2E_FAIRNESS_NODES, TERM_FL_E2E_OVERRIDES
 # (replaces the small per-profile overrides), TERM_FL_E2E_TIMEOUT
-# (seconds per run, default 900), TERM_FL_E2E_IMAGE (default term-fl:e2e),
+# (seconds per run, default 900), TERM_FL_E2E_LOG_DIR (every service's
+# whole log is saved there before `down`), TERM_FL_E2E_IMAGE (default term-fl:e2e),
 # TERM_FL_E2E_CACHE (default ~/.cache/term-fl-e2e), TERM_FL_PYTHON_IMAGE (a base
 # image to use as is), TERM_FL_TORCH_WHEEL (a torch wheel to install),
 # TERM_FL_DEBIAN_MIRROR.
@@ -47,7 +48,7 @@ WHAT="${1:-all}"
 case "$WHAT" in
   all) PROFILES=(fairness vehicle-sensor) ;;
   fairness|vehicle-sensor) PROFILES=("$WHAT") ;;
-  -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
+  -h|--help) sed -n '2,/^set -E/{/^set -E/!p}' "$0"; exit 0 ;;
   *) echo "e2e.sh: unknown profile '$WHAT' (vehicle-sensor, fairness or all)" >&2; exit 2 ;;
 esac
 
@@ -66,6 +67,8 @@ LABEL="org.term-fl.e2e=1"
 
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/term-fl-e2e.XXXXXX")"
 DOCKERD_PID=""
+CPU_FILE=""        # the docker cgroup's CPU weight file this run changed, and its value before
+CPU_OLD=""
 WAIT_PID=""        # the background `docker wait` of a run, if one is waiting
 PROJECTS=()        # compose invocations to take down at exit (one string each)
 ADDED_INPUTS=()    # files this run put into deploy/build-inputs/
@@ -125,6 +128,7 @@ cleanup() {
     for i in $(seq 1 60); do kill -0 "$DOCKERD_PID" 2>/dev/null || break; sleep 0.5; done
     kill -0 "$DOCKERD_PID" 2>/dev/null && { log "dockerd did not stop in 30 s: SIGKILL"; kill -KILL "$DOCKERD_PID"; }
   fi
+  [ -z "$CPU_FILE" ] || echo "$CPU_OLD" >"$CPU_FILE" 2>/dev/null
   rm -rf "$WORK"
   if [ "$rc" -eq 0 ] && [ "$FAILED" -eq 0 ]; then summary "passed"; else summary "FAILED"; fi
   exit "$rc"
@@ -340,11 +344,39 @@ run_profile() {
 }
 
 compose_up() {
+  docker_cpu_weight "$(eval "$1 config --services" | wc -l)"
   eval "$1 up -d --no-build --pull never" >"$WORK/up-$2.log" 2>&1 \
     || { tail -20 "$WORK/up-$2.log" >&2; die "$2: compose up"; }
 }
 
+# With the cgroupfs driver every container is a child of one "docker" cgroup,
+# which competes for the CPU with each process outside it as ONE process of
+# nice 0 (cgroup v1 cpu.shares 1024, v2 cpu.weight 100). On a host busy with
+# other work, 27 containers then share one process's slice: measured here,
+# load average 57 on 2 cores, the vehicle profile's containers got 0.3 of the
+# 2 cores, SuperNodes took 2 minutes to register, and the SuperLink's own
+# ServerApp process missed Flower's 30 s task-token window. When this run
+# started dockerd, the docker cgroup gets the weight of one normal process per
+# container (restored at the end); the systemd driver (a scope per container)
+# needs nothing.
+docker_cpu_weight() {  # docker_cpu_weight CONTAINERS
+  [ -n "$DOCKERD_PID" ] && [ "$1" -gt 0 ] || return 0
+  local file unit max
+  case "$(docker info --format '{{.CgroupDriver}} {{.CgroupVersion}}' 2>/dev/null)" in
+    "cgroupfs 1") file=/sys/fs/cgroup/cpu/docker/cpu.shares; unit=1024; max=262144 ;;
+    "cgroupfs 2") file=/sys/fs/cgroup/docker/cpu.weight; unit=100; max=10000 ;;
+    *) return 0 ;;
+  esac
+  [ -d "${file%/*}" ] || mkdir "${file%/*}" 2>/dev/null || return 0   # dockerd makes it with the first container
+  [ -w "$file" ] || return 0
+  [ -n "$CPU_FILE" ] || { CPU_OLD="$(cat "$file")"; CPU_FILE="$file"; }
+  local value=$(( unit * $1 ))
+  [ "$value" -le "$max" ] || value="$max"
+  echo "$value" >"$file" && log "CPU weight of the docker cgroup: $value ($1 services x $unit; was $CPU_OLD)"
+}
+
 compose_down() {
+  save_logs "$1" "$2"
   eval "$1 down -v --remove-orphans --timeout 10" >"$WORK/down-$2.log" 2>&1 \
     || { tail -20 "$WORK/down-$2.log" >&2; die "$2: compose down"; }
 }
@@ -405,6 +437,14 @@ show_logs() {
   local dc="$1" profile="$2"
   log "last logs ($profile):"
   eval "$dc logs --no-color --tail 40 submit-$profile superlink" >&2 || true
+  save_logs "$dc" "$profile"
+}
+
+save_logs() {  # every service's whole log into $TERM_FL_E2E_LOG_DIR (if set), kept after the run
+  [ -n "${TERM_FL_E2E_LOG_DIR:-}" ] || return 0
+  mkdir -p "$TERM_FL_E2E_LOG_DIR"
+  eval "$1 logs --no-color --timestamps" >"$TERM_FL_E2E_LOG_DIR/$2.log" 2>&1 || true
+  log "all logs of $2: $TERM_FL_E2E_LOG_DIR/$2.log"
 }
 
 wait_for_submit() {
@@ -429,7 +469,7 @@ check_profile() {
   run_id="$(python3 -c 'import json, sys; print(json.loads(sys.argv[1])["run_id"])' "$out")"
   # (b) the dashboard over HTTP, through the published port
   python3 - "http://127.0.0.1:$dash_port" "$run_id" <<'EOF' || die "$profile: dashboard"
-import json, sys, time, urllib.request
+import json, sys, time, urllib.error, urllib.request
 base, run_id = sys.argv[1], sys.argv[2]
 deadline = time.monotonic() + 60
 while True:
@@ -445,7 +485,16 @@ while True:
 ids = [r.get("run_id") for r in (runs if isinstance(runs, list) else runs.get("runs", []))]
 assert run_id in ids and run_id in page, f"run {run_id} not listed by the dashboard ({ids})"
 assert run.status == 200, run.status
-print(f"dashboard {base}: / lists the run, /api/runs has it, /runs/{run_id} 200", file=sys.stderr)
+# the DNS-rebinding guard: the compose service name is allowed (--allowed-host), another name is not
+def status(host):
+    try:
+        return urllib.request.urlopen(urllib.request.Request(base + "/api/runs", headers={"Host": host}),
+                                      timeout=10).status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+hosts = {h: status(h) for h in ("dashboard:8050", "rebind.example:8050")}
+assert hosts == {"dashboard:8050": 200, "rebind.example:8050": 400}, hosts
+print(f"dashboard {base}: / lists the run, /api/runs has it, /runs/{run_id} 200; Host: {hosts}", file=sys.stderr)
 EOF
   # (c) TLS: the SuperLink's port completes a TLS handshake verified by our CA
   echo | openssl s_client -connect "127.0.0.1:$link_port" -servername superlink -alpn h2 \

@@ -292,8 +292,12 @@ def build_main(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> dict[s
     services["dashboard"] = {
         "<<": Alias(image),
         "profiles": all_profiles,
+        Comment("the dashboard answers only the Host: names it knows (DNS-rebinding guard): loopback,"): None,
+        Comment("IP addresses, its service name for other containers, and TERM_FL_DASHBOARD_HOSTNAME"): None,
+        Comment("(comma-separated names it is published under, e.g. fl.example.org)"): None,
         "command": ["term-fl", "dashboard", "--db", f"{RESULTS_DIR}/results.db",
-                    "--host", "0.0.0.0", "--port", str(DASHBOARD_PORT)],
+                    "--host", "0.0.0.0", "--port", str(DASHBOARD_PORT),
+                    "--allowed-host", "dashboard", "--allowed-host", "${TERM_FL_DASHBOARD_HOSTNAME:-}"],
         "ports": [f"${{TERM_FL_DASHBOARD_PUBLISH:-127.0.0.1:{DASHBOARD_PORT}}}:{DASHBOARD_PORT}"],
         Comment("read-write on purpose: results.db is SQLite in WAL mode, and a reader on a"): None,
         Comment("read-only mount cannot open it once the writer has closed it (\"unable to open"): None,

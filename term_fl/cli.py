@@ -59,7 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--port", type=int, default=8050)
     dash.add_argument("--access-log", action="store_true", help="log every HTTP request (off by default)")
     dash.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME",
-                      help="also answer requests for this host name (repeatable); by default only the bound "
+                      help="also answer requests for this host name (repeatable, or comma-separated); by default only the bound "
                            "address, loopback names and this machine's name (a guard against DNS rebinding)")
     report = sub.add_parser("report", help="write one self-contained HTML report of a run or a scenario",
                             parents=[common])

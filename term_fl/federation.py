@@ -110,6 +110,9 @@ NodePartitions = Callable[[float], Mapping[int, int] | None]
 seconds left, it returns ``{node_id: partition_id}``, or None when it cannot tell (then every node is asked)."""
 
 
+QUERY_TRIES = 3  # a node whose partition query failed is asked at most this often in one discovery
+
+
 def discover_nodes(
     grid: Grid,
     expected: int,
@@ -156,14 +159,27 @@ def discover_nodes(
             return dict(table)
         log.info("the engine's node table does not match the connected nodes: asking every node")
     mapping: dict[int, int] = {}
-    for node, pid in _query_partitions(grid, node_ids, expected, max(1.0, deadline - time.monotonic())):
-        if pid in mapping.values():
-            other = next(n for n, p in mapping.items() if p == pid)
-            raise FederationError(
-                f"nodes {other} and {node} both hold partition-id={pid}; "
-                "give every SuperNode a distinct partition-id"
-            )
-        mapping[node] = pid
+    asking, tries = node_ids, 0
+    while asking:
+        tries += 1
+        for node, pid in _query_partitions(grid, asking, expected, max(1.0, deadline - time.monotonic())):
+            if pid in mapping.values():
+                other = next(n for n, p in mapping.items() if p == pid)
+                raise FederationError(
+                    f"nodes {other} and {node} both hold partition-id={pid}; "
+                    "give every SuperNode a distinct partition-id"
+                )
+            mapping[node] = pid
+        # A query that failed (an error reply: Flower answers "ClientApp crashed" when a ClientApp
+        # process misses its task-token or heartbeat window on an overloaded host) is asked again
+        # (QUERY_TRIES in all) while run.node_timeout lasts, the still-connected nodes only.
+        online = set(grid.get_node_ids())
+        asking = [n for n in asking if n not in mapping and n in online]
+        if asking and tries < QUERY_TRIES and time.monotonic() < deadline - 1.0:
+            log.warning("asking %d node(s) again for their partition: %s", len(asking), asking[:20])
+            time.sleep(min(poll_s * 5, 1.0))
+        else:
+            break
     if len(mapping) < expected:
         missing = sorted(set(range(expected)) - set(mapping.values()))
         raise FederationError(

@@ -106,3 +106,26 @@ def test_the_benchmarks_that_need_no_ray_run_without_it(tmp_path):
     data = json.loads(out.read_text())
     assert list(data["benchmarks"]) == ["store"]
     assert data["machine"]["versions"]["ray"] is None
+
+
+def test_deployment_round_phases_come_from_the_serverapp_log(tmp_path):
+    """benchmarks.deployment_rounds splits a round into its training and evaluation phases from the
+    timestamped ServerApp log lines (docker compose logs --timestamps, or the local run's stamps)."""
+    from benchmarks.deployment_rounds import _read_compose_log, phases
+
+    log = [
+        "submit-fairness-1  | 2026-11-26T11:13:10.000000000Z INFO :      Start `flwr-serverapp` process",
+        "superlink-1  | 2026-11-26T11:13:11.000000000Z configure_train: not the submitter's line",
+        "submit-fairness-1  | 2026-11-26T11:13:20.500000000Z INFO :      configure_train: sampled partitions [0, 1]",
+        "submit-fairness-1  | 2026-11-26T11:13:29.500000000Z INFO :      aggregate_train: 2 valid replies, 0 excluded",
+        "submit-fairness-1  | 2026-11-26T11:13:29.500000000Z INFO :      aggregate_train: round 1: running_estimate",
+        "submit-fairness-1  | 2026-11-26T11:13:29.750000000Z INFO :      configure_evaluate: sampled partitions",
+        "submit-fairness-1  | 2026-11-26T11:13:42.250000000Z INFO :      aggregate_evaluate: 4 valid replies",
+    ]
+    path = tmp_path / "fairness.log"
+    path.write_text("\n".join(log) + "\n")
+    lines = _read_compose_log(path, "submit-fairness")
+    assert len(lines) == 6
+    got = phases(lines)
+    assert got["train_s"] == pytest.approx([9.0]) and got["evaluate_s"] == pytest.approx([12.5])
+    assert got["start_to_first_round_s"] == pytest.approx(10.5)

@@ -29,7 +29,8 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is a test extra: pip install -
 from term_fl.config import load_scenario  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-SCHEMA = Path(__file__).resolve().parents[2] / "shared" / "schemas" / "compose-spec.json"
+SCHEMA = Path(os.environ.get("TERM_FL_COMPOSE_SCHEMA")  # a worktree elsewhere than beside shared/
+              or Path(__file__).resolve().parents[2] / "shared" / "schemas" / "compose-spec.json")
 BIN = Path(sys.executable).parent
 MAIN, GPU, DEV = "docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.dev.yml"
 DATA_MOUNT = "${TERM_FL_DATA_DIR:-./data}:/data:ro"  # inside the repository: no default path outside it
@@ -229,6 +230,24 @@ def test_results_volume_and_data_mounts(main):
     assert dash[:2] == ["term-fl", "dashboard"]
     assert flag_value(dash, "--db") == "/results/results.db"
     assert flag_value(dash, "--host") == "0.0.0.0" and flag_value(dash, "--port") == "8050"
+
+
+@pytest.mark.parametrize(("published_as", "answered"), [
+    ("", {"localhost", "127.0.0.1", "dashboard"}),
+    ("fl.example.org,dash.lab", {"localhost", "127.0.0.1", "dashboard", "fl.example.org", "dash.lab"}),
+])
+def test_dashboard_answers_the_names_it_is_published_under(main, published_as, answered):
+    """The dashboard's Host: guard lets in loopback, the service name (other containers) and
+    TERM_FL_DASHBOARD_HOSTNAME; compose's interpolation is done here as compose does it."""
+    from term_fl.cli import build_parser
+    from term_fl.dashboard.hosts import allowed_host_names
+
+    command = [a.replace("${TERM_FL_DASHBOARD_HOSTNAME:-}", published_as) for a in argv(main["services"]["dashboard"])]
+    args = build_parser().parse_args(command[1:])
+    names, any_ip = allowed_host_names(args.host, args.allowed_hosts)
+    assert answered <= names and any_ip
+    assert "rebind.example" not in names
+    assert not any(n.startswith("$") for n in names)
 
 
 def test_environment_everywhere(main):

@@ -97,6 +97,10 @@ HOST_CASES = [
     ("0.0.0.0", [], "attacker.example", False),
     ("0.0.0.0", ["term-fl.example"], "term-fl.example", True),
     ("127.0.0.1", [], "", False),
+    # compose passes the names it is published under as one comma-separated value, maybe empty
+    ("0.0.0.0", ["dashboard", "a.example, B.example"], "b.example:8050", True),
+    ("0.0.0.0", ["dashboard", ""], "dashboard:8050", True),
+    ("0.0.0.0", ["dashboard", ""], "a.example", False),
 ]
 
 

@@ -358,3 +358,41 @@ def test_a_node_table_from_the_engine_replaces_the_partition_query():
     wrong = {node_id + 1: pid for node_id, pid in table.items()}
     assert discover_nodes(grid, 6, timeout=30, known=lambda t: wrong) == table and grid.queries == 12
     assert discover_nodes(grid, 6, timeout=30, known=lambda t: None) == table and grid.queries == 18
+
+
+class FailingQueryGrid(CountingGrid):
+    """The query to partition 2's node gets Flower's error reply for a ClientApp that missed its
+    task-token / heartbeat window, ``fails`` times, then the node answers."""
+
+    def __init__(self, client_app, num_nodes, fails):
+        super().__init__(client_app, num_nodes)
+        self.fails = fails
+        self.slow = next(n for n, c in self._contexts.items() if c.node_config["partition-id"] == 2)
+
+    def _deliver(self, msg):
+        from flwr.app import Error, Message
+
+        if msg.metadata.message_type == "query" and msg.metadata.dst_node_id == self.slow and self.fails > 0:
+            self.fails -= 1
+            return Message(Error(code=3, reason="ClientApp crashed"), reply_to=msg)
+        return super()._deliver(msg)
+
+
+def test_a_failed_partition_query_is_asked_again(caplog):
+    from term_fl.federation import QUERY_TRIES, discover_nodes
+
+    grid = FailingQueryGrid(client_app, 6, fails=QUERY_TRIES - 1)
+    table = {node_id: int(ctx.node_config["partition-id"]) for node_id, ctx in grid._contexts.items()}
+    with caplog.at_level("WARNING", logger="term_fl"):
+        assert discover_nodes(grid, 6, timeout=30, poll_s=0.01) == table
+    assert grid.queries == 6 + QUERY_TRIES - 1  # every node once, then the failed one alone
+    assert f"asking 1 node(s) again for their partition: [{grid.slow}]" in caplog.text
+
+
+def test_a_node_whose_query_always_fails_is_named_after_the_last_try():
+    from term_fl.federation import QUERY_TRIES, discover_nodes
+
+    grid = FailingQueryGrid(client_app, 6, fails=QUERY_TRIES)
+    with pytest.raises(FederationError, match=r"5 of 6 partitions answered .* missing partition ids: \[2\]"):
+        discover_nodes(grid, 6, timeout=30, poll_s=0.01)
+    assert grid.queries == 6 + QUERY_TRIES - 1

@@ -34,7 +34,8 @@ def is_loopback(host: str) -> bool:
 
 def allowed_host_names(bind_host: str, extra: Iterable[str] = ()) -> tuple[frozenset[str], bool]:
     """The names to accept for a dashboard bound to ``bind_host``, and whether any IP literal is accepted."""
-    names = {bind_host.lower(), *LOOPBACK_NAMES, *(h.lower().strip() for h in extra if h.strip())}
+    given = (name.strip().lower() for h in extra for name in h.split(","))  # "a,b" as well as repeated flags
+    names = {bind_host.lower(), *LOOPBACK_NAMES, *(name for name in given if name)}
     wildcard = bind_host in WILDCARD_HOSTS
     if wildcard or not is_loopback(bind_host):
         names.add(socket.gethostname().lower())
