@@ -103,8 +103,9 @@ def test_one_round_of_replies_equals_the_clientapps(name):
             for key, value in want_m.items():
                 if isinstance(value, int):
                     assert got_m[key] == value, key
-                else:
-                    assert got_m[key] == pytest.approx(value, rel=REL, abs=1e-9), key
+                else:  # abs 1e-6: a loss near 0 after training (7e-5) moves ~1e-3 relative with the
+                    # reduction order (16 threads, torch 2.11: measured 9e-4); O(1) values stay at REL
+                    assert got_m[key] == pytest.approx(value, rel=REL, abs=1e-6), key
             if kind == MessageType.TRAIN:
                 w, g = from_array_record(want.content[ARRAYS]), from_array_record(got.content[ARRAYS])
                 assert list(g) == list(w)
@@ -232,8 +233,10 @@ def test_on_cuda_one_round_of_replies_equals_the_clientapps_on_cuda_and_on_the_c
         for want, got in zip(reference, cohort, strict=True):
             w, g = from_array_record(want.content[ARRAYS]), from_array_record(got.content[ARRAYS])
             assert _max_rel(w.values(), g.values()) <= 1e-4
-            for key in ("train_loss", "train_loss_after"):
-                assert got.content[METRICS][key] == pytest.approx(want.content[METRICS][key], rel=1e-4)
+            # abs 1e-6: a loss near 0 (7e-5 after training) is exp(-margin)-sized, so a 1e-4 relative
+            # difference in the margin moves it by ~margin x 1e-4 relative (measured 9e-4 on an H200)
+            for key in ("train_loss_before", "train_loss_before_sum", "train_loss_after"):
+                assert got.content[METRICS][key] == pytest.approx(want.content[METRICS][key], rel=1e-4, abs=1e-6)
     evaluated = _exchange(gpu, MessageType.EVALUATE, arrays, cohort=True)
     for want, got in zip(_exchange(cpu, MessageType.EVALUATE, arrays, cohort=False), evaluated, strict=True):
         assert got.content[METRICS]["test_loss"] == pytest.approx(want.content[METRICS]["test_loss"], rel=1e-4)

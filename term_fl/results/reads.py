@@ -189,10 +189,10 @@ class Reads:
             for chunk in _chunks(ids):
                 rows = self._query(
                     "SELECT r.run_id, s.round, s.stats_json FROM runs r JOIN round_stats s "
-                    "ON s.run_id = r.run_id AND s.split = ?1 AND s.round = (SELECT round FROM round_stats "
-                    "WHERE run_id = r.run_id AND split = ?1 ORDER BY round DESC LIMIT 1) "
+                    "ON s.run_id = r.run_id AND s.split = ? AND s.round = (SELECT round FROM round_stats "
+                    "WHERE run_id = r.run_id AND split = ? ORDER BY round DESC LIMIT 1) "
                     f"WHERE r.run_id IN ({', '.join('?' * len(chunk))})",
-                    (split, *chunk),
+                    (split, split, *chunk),
                 )
                 for run_id, r, text in rows:
                     try:

@@ -142,9 +142,9 @@ class Writes:
                 raise StoreError(f"round {round} of run {run_id!r} was not recorded: {exc}") from exc
             self._conn.execute(
                 "UPDATE rounds SET (num_sampled, num_included) = (SELECT coalesce(sum(sampled), 0), "
-                "coalesce(sum(included), 0) FROM device_train WHERE run_id = ?1 AND round = ?2) "
-                "WHERE run_id = ?1 AND round = ?2",
-                (run_id, round),
+                "coalesce(sum(included), 0) FROM device_train WHERE run_id = :run_id AND round = :round) "
+                "WHERE run_id = :run_id AND round = :round",
+                {"run_id": run_id, "round": round},
             )
             self._conn.execute(
                 "UPDATE runs SET rounds_completed = rounds_completed + 1, heartbeat_at = ? WHERE run_id = ?",
