@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sqlite3
@@ -47,8 +48,12 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     parser = argparse.ArgumentParser(prog="term-fl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run one scenario (one strategy, one seed)", parents=[common])
+    run = sub.add_parser("run", help="run one scenario (one strategy, one seed; and its reference run, "
+                                     "when the scenario names one)", parents=[common])
     _add_scenario_args(run, config_required=False)
+    run.add_argument("--no-reference", action="store_true",
+                     help="run the scenario alone, without the reference strategy of run.reference "
+                          "(the default scenario's FedAvg run on the same seed)")
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
                            parents=[common])
     _add_scenario_args(sweep, config_required=False)
@@ -114,33 +119,57 @@ def output_dir(args: argparse.Namespace) -> Path | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.client_app import dataset_for
-    from term_fl.config import load_scenario
-    from term_fl.console import RoundPrinter, RoundProgress, fairness_table, make_console, route_logs, run_header
+    from term_fl.config import load_scenario, reference_scenario, with_overrides
+    from term_fl.console import (RoundPrinter, RoundProgress, fairness_table, make_console, reference_table,
+                                 route_logs, run_header)
+    from term_fl.engines import check_machine, engine_session
     from term_fl.federation import FederationError
     from term_fl.results import ResultsStore
     from term_fl.runs import run_one
 
     scenario = load_scenario(args.config, resolve_overrides(args))
+    if args.no_reference:
+        scenario = with_overrides(scenario, {"run.reference": "none"})
+    reference = reference_scenario(scenario)
     console = make_console()
     route_logs(console, args.verbose)
     db, out = store_path(args), output_dir(args)
     console.print(run_header(scenario, dataset_for(scenario).num_devices))
-    with ResultsStore(db) as store:
-        try:
-            if args.verbose:  # Flower's and Ray's log lines interleave with one line per round
-                recorder = run_one(scenario, store, out_dir=out, on_round=RoundPrinter(console))
-            else:
-                with RoundProgress(console, scenario.run.rounds) as progress:
-                    recorder = run_one(scenario, store, out_dir=out, on_round=progress)
-        except FederationError as exc:  # the run started and failed: it is recorded as failed
-            print(f"term-fl: the run failed: {exc}\n  its completed rounds are in {db} (term-fl runs --db {db})",
-                  file=sys.stderr)
-            return 1
-    summary = recorder.summary or {}
-    console.print(fairness_table(f"{scenario.name}: {scenario.strategy.name}, last round",
-                                 {"test": summary.get("test"), "validation": summary.get("validation")}))
-    console.print(f"run {summary.get('run_id')} {summary.get('status')}: {recorder.run_dir}  (store: {db})")
-    return 0 if summary.get("status") == "finished" else 1
+    if reference:
+        console.print(f"then its reference: {reference.strategy.name} on the same seed and settings "
+                      "(--no-reference: the run alone)")
+    runs = [(scenario, out, "")] + ([(reference, _beside(out, "reference"), "reference")] if reference else [])
+    recorders = []
+    check_machine(scenario)  # bad settings exit 2 before Ray starts
+    # one Ray instance (and one pool of ClientApp actors) for the run and its reference
+    session = engine_session(scenario) if reference else contextlib.nullcontext()
+    with ResultsStore(db) as store, session:
+        for run, run_out, label in runs:
+            try:
+                if args.verbose:  # Flower's and Ray's log lines interleave with one line per round
+                    recorders.append(run_one(run, store, out_dir=run_out, on_round=RoundPrinter(console, label)))
+                else:
+                    with RoundProgress(console, run.run.rounds, label) as progress:
+                        recorders.append(run_one(run, store, out_dir=run_out, on_round=progress))
+            except FederationError as exc:  # the run started and failed: it is recorded as failed
+                print(f"term-fl: the {label or 'run'} failed: {exc}\n  its completed rounds are in {db} "
+                      f"(term-fl runs --db {db})", file=sys.stderr)
+                return 1
+    summaries = [r.summary or {} for r in recorders]
+    if reference:
+        console.print(reference_table(scenario, summaries[0], summaries[1]))
+    else:
+        console.print(fairness_table(f"{scenario.name}: {scenario.strategy.name}, last round",
+                                     {"test": summaries[0].get("test"), "validation": summaries[0].get("validation")}))
+    for recorder, summary in zip(recorders, summaries, strict=True):
+        console.print(f"run {summary.get('run_id')} ({summary.get('strategy', {}).get('name')}) "
+                      f"{summary.get('status')}: {recorder.run_dir}  (store: {db})")
+    return 0 if all(s.get("status") == "finished" for s in summaries) else 1
+
+
+def _beside(out: Path | None, suffix: str) -> Path | None:
+    """``<out>-<suffix>`` beside the run's --out folder (None: a new folder under ./runs/ as for any run)."""
+    return None if out is None else out.with_name(f"{out.name}-{suffix}")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -92,12 +92,21 @@ class RunConfig(_Table):
     evaluate_fraction: float = Field(
         1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"
     )
+    evaluate_every: int = Field(
+        1, ge=1, le=100_000,
+        description="evaluate the global model on val and test every N rounds (the last round always)",
+    )
     max_failed_rounds: int = Field(
         3, ge=1, description="stop with an error after this many consecutive rounds without a valid reply"
     )
     node_timeout: float = Field(120.0, gt=0, description="seconds to wait for all expected nodes to connect")
     round_timeout: float = Field(600.0, gt=0, description="seconds to wait for the replies of one round")
     name: str = Field("", description="run name shown in tables and the dashboard ('' = scenario name)")
+    reference: Literal[("none", *STRATEGIES)] = Field(  # type: ignore[valid-type]
+        "none",
+        description="a baseline strategy that `term-fl run` also runs, on the same seed and settings (plain: no "
+                    "client tilt), and shows beside the run with the differences; 'none' runs the scenario alone",
+    )
 
 
 def _strategy_table() -> type[_Table]:
@@ -208,9 +217,27 @@ class SelectionConfig(_Table):
     objective: Literal[tuple(s.key for s in STATISTICS)] = Field(  # type: ignore[valid-type]
         "worst_10", description="the validation statistic to optimise (its direction says which way is better)"
     )
-    max_mean_drop: float = Field(
-        0.01, ge=0.0, le=1.0, description="allowed drop of the validation mean below the best mean of the strategy"
+    average: Literal["mean", "pooled_mean"] = Field(
+        "mean", description="the validation accuracy that may drop at most max_mean_drop below FedAvg's: "
+                            "mean (device mean, each device counting once) or pooled_mean (pooled over samples)"
     )
+    max_mean_drop: float = Field(
+        0.01, ge=0.0, le=1.0, description="allowed drop of the validation `average` below FedAvg's (else below "
+                                          "the best candidate's)"
+    )
+    tail: int = Field(
+        1, ge=1, le=100_000, description="validation statistics are averaged over each run's last `tail` "
+                                         "evaluated rounds, then over seeds (1: the last round)"
+    )
+    devices: Literal["all", "clean"] = Field(
+        "all", description="the devices whose validation statistics count: all, or clean (without injected "
+                           "noise: their validation labels are not corrupted)"
+    )
+
+    @property
+    def split(self) -> str:
+        """Where the selection reads the validation statistics: validation[_clean][_tail]."""
+        return "validation" + ("_clean" if self.devices == "clean" else "") + ("_tail" if self.tail > 1 else "")
 
 
 class Scenario(_Table):
@@ -530,6 +557,29 @@ def sweep_cells(scenario: Scenario) -> list[tuple[dict[str, Any], Scenario]]:
     return cells
 
 
+BASELINE = {"strategy.name": "fedavg", "client.tau": 0.0}
+"""The baseline that comparisons pair every cell with: plain FedAvg (no client-side tilt), same other settings."""
+
+
+def baseline_hash(scenario: Scenario) -> str:
+    """config_hash of the plain-FedAvg run with ``scenario``'s other settings: its partner in paired differences."""
+    return config_hash(with_overrides(scenario, BASELINE))
+
+
+def reference_scenario(scenario: Scenario) -> Scenario | None:
+    """The run ``run.reference`` asks for beside ``scenario``: the same seed and settings with the reference
+    strategy (its default parameters, no client-side tilt); None when there is none or it is ``scenario`` itself."""
+    name = scenario.run.reference
+    if name == "none":
+        return None
+    reference = with_overrides(
+        scenario,
+        {"strategy.name": name, "client.tau": 0.0, "run.reference": "none",
+         "run.name": f"{scenario.run_name} (reference: {name})"},
+    )
+    return None if config_hash(reference) == config_hash(scenario) else reference
+
+
 def _relevant_overrides(overrides: dict[str, Any], cell: Scenario) -> dict[str, Any]:
     """Drop strategy parameters that the cell's strategy does not use (they name its folder)."""
     used = {f"strategy.{k}" for k in cell.strategy_params()} | {"strategy.name", "strategy.server_lr"}
@@ -539,9 +589,16 @@ def _relevant_overrides(overrides: dict[str, Any], cell: Scenario) -> dict[str, 
 # Settings that change where a run executes or how long it waits, not what it
 # computes: runs that differ only in them are the same cell.
 _NOT_HASHED = {
-    "run": ("seed", "name", "engine", "node_timeout", "round_timeout", "max_failed_rounds"),
+    "run": ("seed", "name", "engine", "node_timeout", "round_timeout", "max_failed_rounds", "reference"),
     "data": ("seed", "path", "sha256"),
 }
+
+
+_HASHED_WHEN_SET = (  # (table, key, default, only for this strategy)
+    ("run", "executor", "sequential", None),  # hashes from before run.executor existed stay valid
+    ("run", "evaluate_every", 1, None),  # which rounds are recorded, not the model; the tail statistics read them
+    ("strategy", "loss_reduction", "mean", "qffl"),  # TERM's hashes always held its loss_reduction
+)
 
 
 def config_hash(scenario: Scenario) -> str:
@@ -564,8 +621,10 @@ def config_hash(scenario: Scenario) -> str:
             raw[table].pop(key, None)
     for table in ("sweep", "selection", "description", "name", "resources"):
         raw.pop(table, None)
-    if raw["run"].get("executor") == "sequential":
-        raw["run"].pop("executor")  # hashes from before run.executor existed stay valid
+    # Settings added later count only away from their default, so earlier hashes (and sweeps) stay valid.
+    for table, key, default, only in _HASHED_WHEN_SET:
+        if raw[table].get(key) == default and only in (None, scenario.strategy.name):
+            raw[table].pop(key)
     # data.sha256 is what the check expects; the vehicle data counts by its actual content
     if scenario.data.name == "vehicle" and scenario.data.path:
         raw["data"]["sha256"] = file_digest(scenario.data.path)

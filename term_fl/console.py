@@ -246,3 +246,41 @@ def fairness_table(title: str, by_split: Mapping[str, Mapping[str, Any] | None])
     for stat in STATISTICS:
         table.add_row(stat.label, *(_fmt(by_split[s].get(stat.key)) for s in splits))
     return table
+
+
+def reference_table(scenario: Any, run: Mapping[str, Any], reference: Mapping[str, Any]) -> Table:
+    """One run beside its reference run (same seed and settings): every test statistic and their difference.
+
+    The caption says whether the reference converged (its validation device
+    mean over the last fifth of the rounds) and that one seed is one sample:
+    ``term-fl sweep`` gives seeds and standard errors.
+    """
+    from term_fl.strategies.registry import cell_label  # Flower: only where a run is compared
+
+    names = [cell_label(run.get("strategy") or {}), cell_label(reference.get("strategy") or {})]
+    test, ref_test = run.get("test") or {}, reference.get("test") or {}
+    table = Table(title=f"{scenario.name}: {names[0]} and its reference {names[1]}, seed {run.get('seed')}, "
+                        f"test split, round {run.get('evaluated_round')}")
+    table.add_column("statistic")
+    for name in names:
+        table.add_column(name, justify="right")
+    table.add_column(f"{names[0]} - {names[1]}", justify="right")
+    for stat in STATISTICS:
+        a, b = test.get(stat.key), ref_test.get(stat.key)
+        diff = a - b if isinstance(a, int | float) and isinstance(b, int | float) else None
+        table.add_row(stat.label, _fmt(a), _fmt(b), "-" if diff is None else f"{diff:+.4f}")
+    table.caption = "\n".join(line for line in (_convergence_line(names[1], reference), ONE_SEED) if line)
+    return table
+
+
+ONE_SEED = ("one seed: `term-fl sweep` runs the scenario's seeds and reports paired differences "
+            "with standard errors")
+
+
+def _convergence_line(name: str, summary: Mapping[str, Any]) -> str:
+    convergence = summary.get("convergence") or {}
+    change = convergence.get("last_fifth_change")
+    if change is None:
+        return ""
+    verdict = "flat: converged" if convergence.get("flat") else "not flat: more rounds may change the comparison"
+    return f"{name}'s validation device mean changed {change:+.4f} over the last fifth of the rounds ({verdict})"

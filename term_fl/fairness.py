@@ -93,8 +93,10 @@ GROUPS: dict[str, tuple[str, str]] = {
 """Group -> the title of its chart and the label of its y axis, in the order the charts appear."""
 
 STATISTICS: tuple[Statistic, ...] = (
-    Statistic("pooled_mean", "average", "accuracy", +1, True, "pooled accuracy: correct / examples over all devices"),
-    Statistic("mean", "device mean", "accuracy", +1, False, "unweighted mean of the device accuracies"),
+    Statistic("mean", "device mean", "accuracy", +1, True,
+              "mean of the device accuracies, each device counting once (the papers' 'average')"),
+    Statistic("pooled_mean", "pooled", "accuracy", +1, True,
+              "pooled accuracy: correct / examples over all devices (large devices count more)"),
     Statistic("worst_10", "worst 10%", "accuracy", +1, True, "mean accuracy of the worst 10% of devices"),
     Statistic("best_10", "best 10%", "accuracy", +1, True, "mean accuracy of the best 10% of devices"),
     Statistic("std", "std", "spread", -1, True, "population standard deviation of the device accuracies"),

@@ -296,6 +296,11 @@ def _evaluation_rows(report: EvaluationReport) -> tuple[list[dict[str, Any]], di
     return rows, stats
 
 
+def evaluates(server_round: int, rounds: int, every: int) -> bool:
+    """Whether a round evaluates the global model: every ``every``-th round, and always the last."""
+    return server_round == rounds or server_round % every == 0
+
+
 def initial_arrays(scenario: Scenario, dataset: FederatedDataset | None = None) -> ArrayRecord:
     """The initial global model of a scenario (seeded by run.seed) for its dataset."""
     model = model_for(scenario, dataset if dataset is not None else dataset_for(scenario))
@@ -384,12 +389,17 @@ def _rounds(
             failed_in_a_row = 0
             ok_rounds += 1
             arrays = new_arrays
-        # Evaluate the global model: statistics and loss risks of every split, every
-        # evaluated round (a comparison draws the risks per round too).
-        messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
-        replies = grid.send_and_receive(messages, timeout=run.round_timeout)
-        evaluation = strategy.evaluation_report(server_round, replies, required_metrics=EVAL_METRICS)
-        eval_rows, stats = _evaluation_rows(evaluation)
+        eval_rows: list[dict[str, Any]] = []
+        stats: dict[str, dict[str, Any]] = {}
+        eval_excluded: tuple = ()
+        if evaluates(server_round, run.rounds, run.evaluate_every):
+            # Evaluate the global model: statistics and loss risks of every split, every
+            # evaluated round (a comparison draws the risks per round too).
+            messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
+            replies = grid.send_and_receive(messages, timeout=run.round_timeout)
+            evaluation = strategy.evaluation_report(server_round, replies, required_metrics=EVAL_METRICS)
+            eval_rows, stats = _evaluation_rows(evaluation)
+            eval_excluded = evaluation.excluded
         record = RoundRecord(
             server_round=server_round,
             status=status,
@@ -398,7 +408,7 @@ def _rounds(
             stats=stats,
             diagnostics=report.diagnostics,
             duration_s=time.perf_counter() - start,
-            excluded=[e._asdict() for e in (*report.excluded, *evaluation.excluded)],
+            excluded=[e._asdict() for e in (*report.excluded, *eval_excluded)],
         )
         recorder.record_round(record)
         completed = server_round

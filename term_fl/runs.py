@@ -14,7 +14,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,14 @@ import torch
 
 import term_fl
 from term_fl import results
-from term_fl.config import ConfigError, Scenario, config_hash
+from term_fl.config import ConfigError, Scenario, baseline_hash, config_hash
+from term_fl.convergence import FLAT, last_fifth_change
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
 from term_fl.fairness import fairness_summary
 from term_fl.federation import FederationResult, Recorder, RoundRecord
 from term_fl.jsonable import plain
-from term_fl.keys import SUMMARY_NAMES, TEST
+from term_fl.keys import SUMMARY_NAMES, TEST, VAL
 from term_fl.models import TermModel, model_for, set_weights
 from term_fl.results import ResultsStore
 
@@ -132,8 +133,17 @@ def build_summary(
     data: dict[str, Any],
     wall_time_s: float,
     error: str | None = None,
+    last_evaluated: RoundRecord | None = None,
+    validation_means: Sequence[tuple[int, float]] = (),
 ) -> dict[str, Any]:
-    """summary.json of a run (DESIGN.md, 'Contracts': summary.json)."""
+    """summary.json of a run (DESIGN.md, 'Contracts': summary.json).
+
+    The statistics are those of the last evaluated round (``last_evaluated``,
+    default ``last``; a finished run always evaluates its last round);
+    ``validation_means`` are the (round, validation device mean) pairs of the
+    evaluated rounds, for ``convergence``.
+    """
+    evaluated = last_evaluated if last_evaluated is not None else last
     summary: dict[str, Any] = {
         "run_id": run_id,
         "name": scenario.run_name,
@@ -145,13 +155,24 @@ def build_summary(
         "seed": scenario.run.seed,
         "rounds_planned": scenario.run.rounds,
         "rounds_completed": rounds_completed,
+        "evaluated_round": evaluated.server_round if evaluated else None,
         "config_hash": config_hash(scenario),
+        "reference_hash": baseline_hash(scenario),
     }
     for split, key in SUMMARY_NAMES.items():
-        summary[key] = (last.stats.get(split) if last else None) or None
+        summary[key] = (evaluated.stats.get(split) if evaluated else None) or None
     noisy = set((data.get("noise") or {}).get("devices") or [])
-    if noisy and last is not None:
-        summary["test_clean"] = clean_device_statistics(last.eval_rows, noisy)
+    if noisy and evaluated is not None:
+        for split, key in SUMMARY_NAMES.items():
+            summary[f"{key}_clean"] = clean_device_statistics(evaluated.eval_rows, noisy, split)
+    if validation_means:
+        rounds, values = zip(*validation_means, strict=True)
+        change = last_fifth_change(rounds, values, scenario.run.rounds)
+        summary["convergence"] = {
+            "statistic": "validation device mean",
+            "last_fifth_change": change,
+            "flat": None if change is None else abs(change) <= FLAT,
+        }
     if last is not None:
         summary["tilted_weights"] = {str(k): v for k, v in sorted(last.tilted_weights.items())}
         summary.update(last.diagnostics)
@@ -163,9 +184,11 @@ def build_summary(
     return summary
 
 
-def clean_device_statistics(eval_rows: list[dict[str, Any]], noisy: set[int]) -> dict[str, Any] | None:
-    """Fairness statistics of the test split over the devices whose data was not corrupted."""
-    rows = [r for r in eval_rows if r["split"] == TEST and r["partition_id"] not in noisy]
+def clean_device_statistics(
+    eval_rows: list[dict[str, Any]], noisy: set[int], split: str = TEST
+) -> dict[str, Any] | None:
+    """Fairness statistics of a split over the devices whose data was not corrupted."""
+    rows = [r for r in eval_rows if r["split"] == split and r["partition_id"] not in noisy]
     if not rows:
         return None
     return fairness_summary(
@@ -222,6 +245,8 @@ class RunRecorder(Recorder):
         self._data: dict[str, Any] = {}
         self._start = time.perf_counter()
         self._last: RoundRecord | None = None
+        self._last_evaluated: RoundRecord | None = None
+        self._validation_means: list[tuple[int, float]] = []
         self._completed = 0
         self._heartbeat: Heartbeat | None = None
 
@@ -262,6 +287,11 @@ class RunRecorder(Recorder):
         )
         self._last = record
         self._completed = record.server_round
+        if record.stats:
+            self._last_evaluated = record
+            mean = (record.stats.get(VAL) or {}).get("mean")
+            if mean is not None:
+                self._validation_means.append((record.server_round, mean))
 
     def finish(self, status: str, result: FederationResult | None, error: str | None = None) -> None:
         assert self._scenario is not None and self.run_id is not None
@@ -275,6 +305,8 @@ class RunRecorder(Recorder):
             status=status,
             rounds_completed=self._completed,
             last=self._last,
+            last_evaluated=self._last_evaluated,
+            validation_means=self._validation_means,
             data=self._data,
             wall_time_s=time.perf_counter() - self._start,
             error=error,

@@ -5,13 +5,15 @@ sweep's output folder (named by the cell's overrides). A cell whose
 directory already holds a finished ``summary.json`` of the same settings is
 not run again, so an interrupted sweep resumes where it stopped by running
 the same command. At the end, ``comparison.csv`` and ``comparison.json``
-hold mean and standard error over seeds per cell, and the t / q chosen on
-the validation split with its test statistics.
+hold mean and standard error over seeds per cell, each cell's paired
+differences against the plain-FedAvg cell of the same settings (per seed,
+then mean and standard error), FedAvg's convergence (the change of its
+validation device mean over the last fifth of the rounds), and the t / q
+chosen on the validation split with its test statistics.
 """
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import json
@@ -21,21 +23,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from term_fl.comparison import group_cells, select_by_validation
+from term_fl.comparison import CLEAN, TAIL, group_cells, select_by_validation, significant
 from term_fl.comparison_cells import format_value, short_names
-from term_fl.config import Scenario, config_hash, sweep_cells, with_overrides
+from term_fl.config import Scenario, baseline_hash, config_hash, sweep_cells, with_overrides
+from term_fl.convergence import FLAT, tail_means
 from term_fl.console import RoundPrinter, make_console
-from term_fl.fairness import STATISTICS
+from term_fl.engines import engine_session
+from term_fl.fairness import STATISTICS, fairness_summary, statistic
+from term_fl.keys import SUMMARY_NAMES, VAL
 from term_fl.results import ResultsStore
 from term_fl.runs import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
 
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 
 TABLE_COLUMNS = tuple((f"test.{s.key}", s.label) for s in STATISTICS if s.headline)
+PAIRED_COLUMNS = tuple((f"test.{key}", statistic(key).label) for key in ("mean", "pooled_mean", "worst_10", "std"))
+CLEAN_COLUMN = (f"test{CLEAN}.mean", "device mean, clean devices")
 
 
 def cell_name(overrides: dict[str, Any]) -> str:
@@ -137,7 +145,7 @@ def run_sweep(
         f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} "
         f"(executor {scenario.run.executor}) -> {out_dir}"
     )
-    summaries: list[dict[str, Any]] = []
+    summaries: list[tuple[dict[str, Any], Scenario]] = []
     failed = 0
     start = time.perf_counter()
     with ResultsStore(db) as store, engine_session(scenario):
@@ -152,7 +160,7 @@ def run_sweep(
             done = finished_summary(cell_dir, cell, store)
             if done is not None:
                 console.print(f"{label}: already finished, skipped")
-                summaries.append(done)
+                summaries.append((done, cell))
                 continue
             earlier = set_aside_earlier_attempt(cell_dir, store)
             if earlier is not None:
@@ -163,26 +171,71 @@ def run_sweep(
                 failed += 1
                 console.print(f"{label}: [bold red]failed[/]: {type(exc).__name__}: {exc}")
                 continue
-            summaries.append(recorder.summary or {})
+            summaries.append((recorder.summary or {}, cell))
+        sel = scenario.selection
+        finished = [  # reference_hash: summaries written before it existed pair like new ones
+            with_tail_statistics({"reference_hash": baseline_hash(cell), **summary}, store, sel.tail)
+            for summary, cell in summaries
+            if summary.get("status") == "finished"
+        ]
     wall = time.perf_counter() - start
-    rows = group_cells(s for s in summaries if s.get("status") == "finished")
-    sel = scenario.selection
-    chosen = select_by_validation(rows, objective=sel.objective, max_mean_drop=sel.max_mean_drop)
+    rows = group_cells(finished)
+    chosen = select_by_validation(rows, objective=sel.objective, average=sel.average,
+                                  max_mean_drop=sel.max_mean_drop, split=sel.split)
     write_comparison(out_dir, rows, chosen, wall)
     console.print(comparison_table(scenario.name, rows, chosen))
+    if any("paired_seeds" in row for row in rows):
+        console.print(paired_table(scenario.name, rows))
+    for line in convergence_lines(rows):
+        console.print(line)
     for name, c in chosen.items():
         console.print(f"chosen for {name}: [bold]{c['cell']}[/] ({c['rule']})")
     console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}")
     return 0 if failed == 0 else 1
 
 
-def engine_session(scenario: Scenario):
-    """One Ray instance for every cell of a Flower-engine sweep; nothing for the in-process engine."""
-    if scenario.run.engine == "flower":
-        from term_fl.engines.flower import ray_session
+def with_tail_statistics(summary: dict[str, Any], store: ResultsStore, tail: int) -> dict[str, Any]:
+    """``summary`` plus its validation statistics averaged over the run's last ``tail`` evaluated rounds.
 
-        return ray_session(scenario)
-    return contextlib.nullcontext()
+    Read from the store: ``validation_tail``, and for a run with noisy
+    devices ``validation_clean_tail`` (over the clean devices). Nothing is
+    added for ``tail`` = 1 (the last round is ``validation`` itself).
+    """
+    if tail <= 1:
+        return summary
+    run_id = summary["run_id"]
+    out = dict(summary)
+    name = SUMMARY_NAMES[VAL]
+    rounds = [{k: v for k, v in r.items() if k != "round"} for r in store.load_round_stats(run_id, VAL)]
+    out[f"{name}{TAIL}"] = tail_means(rounds, tail)
+    noisy = set(((summary.get("data") or {}).get("noise") or {}).get("devices") or [])
+    if noisy:
+        metrics = store.load_metrics(run_id, VAL)
+        last = sorted(set(metrics["round"].tolist()))[-tail:]
+        per_round = []
+        for r in last:
+            keep = (metrics["round"] == r) & ~np.isin(metrics["partition_id"], sorted(noisy))
+            if keep.any():
+                per_round.append(fairness_summary(metrics["accuracy"][keep], num_examples=metrics["examples"][keep],
+                                                  correct=metrics["correct"][keep]))
+        out[f"{name}{CLEAN}{TAIL}"] = tail_means(per_round, tail)
+    return out
+
+
+def convergence_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per FedAvg cell: the change of its validation device mean over the last fifth of the rounds."""
+    lines = []
+    for row in rows:
+        if row["strategy"] != "fedavg" or row.get("convergence") is None:
+            continue
+        change, se = row["convergence"], row.get("convergence.se")
+        verdict = "flat: converged" if abs(change) <= FLAT else "not flat: more rounds may change the comparison"
+        lines.append(
+            f"{row['cell']}: validation device mean changed {change:+.4f}"
+            + (f" ± {se:.4f}" if se is not None else "")
+            + f" over the last fifth of the rounds (mean over {row['n']} seeds; {verdict}, threshold ±{FLAT})"
+        )
+    return lines
 
 
 def _every_tenth(printer: RoundPrinter):
@@ -213,17 +266,44 @@ def _pm(row: dict[str, Any], key: str) -> str:
 
 
 def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, Any]) -> Table:
-    table = Table(title=f"{title}: test split, mean ± standard error over seeds")
+    table = Table(title=f"{title}: test split, last round, mean ± standard error over seeds")
     table.add_column("cell")
     table.add_column("seeds", justify="right")
     columns = list(TABLE_COLUMNS)
-    if any("test_clean.pooled_mean" in row for row in rows):
-        columns.insert(1, ("test_clean.pooled_mean", "average, clean devices"))
+    if any(CLEAN_COLUMN[0] in row for row in rows):
+        columns.insert(1, CLEAN_COLUMN)
     for _, label in columns:
         table.add_column(label, justify="right")
     chosen_hashes = {c["config_hash"] for c in chosen.values()}
     for row in rows:
         mark = " *" if row["config_hash"] in chosen_hashes else ""
-        table.add_row(row["cell"] + mark, str(row["n"]), *(_pm(row, k) for k, _ in columns))
+        table.add_row(row["cell"] + mark, str(row["n"]),
+                      *(_pm(row, k) if k in row else "-" for k, _ in columns))
     table.caption = "* chosen on the validation split" if chosen else None
+    return table
+
+
+def paired_table(title: str, rows: list[dict[str, Any]]) -> Table:
+    """Per cell, the paired difference (cell - FedAvg, same seed and settings) of the test statistics."""
+    table = Table(title=f"{title}: paired difference to FedAvg (same seeds), mean ± standard error")
+    table.add_column("cell")
+    table.add_column("pairs", justify="right")
+    columns = list(PAIRED_COLUMNS)
+    if any(f"{CLEAN_COLUMN[0]}.diff" in row for row in rows):
+        columns.insert(1, CLEAN_COLUMN)
+    for _, label in columns:
+        table.add_column(f"Δ {label}", justify="right")
+    for row in rows:
+        if "paired_seeds" not in row:
+            continue
+        cells = []
+        for key, _ in columns:
+            diff, se = row.get(f"{key}.diff"), row.get(f"{key}.diff_se")
+            if diff is None:
+                cells.append("-")
+                continue
+            mark = " *" if significant(row, key) else ""
+            cells.append(f"{diff:+.4f}" + (f" ± {se:.4f}" if se is not None else "") + mark)
+        table.add_row(row["cell"], str(row["paired_seeds"]), *cells)
+    table.caption = "* more than 2 standard errors from 0"
     return table

@@ -6,6 +6,7 @@ import csv
 import json
 import os
 
+import numpy as np
 import pytest
 
 from conftest import SMALL
@@ -30,12 +31,42 @@ def test_run_prints_a_header_progress_the_table_and_the_run_dir_and_nothing_else
     for k in (1, 2, 3):
         assert f"round {k}/3 " in printed
     assert "100% " in printed and "device mean" in printed and "worst 10%" in printed and "Jain's index" in printed
+    assert "pooled" in printed and "average" not in printed  # the pooled accuracy is never called 'average'
     assert str(out) in printed and "finished" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["rounds_completed"] == 3
     assert json.loads((out / "config.json").read_text())["data"]["num_devices"] == 6
     assert (out / "model.pt").is_file()
     assert ResultsStore.open_readonly(db).get_run(summary["run_id"]).status == "finished"
+
+
+def test_run_with_a_reference_runs_fedavg_on_the_same_seed_and_shows_the_differences(tmp_path, capsys):
+    out, db = tmp_path / "run", tmp_path / "r.db"
+    code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--set", "run.reference=fedavg", "--set", "strategy.t=2",
+                 "--set", "run.evaluate_every=2", "--out", str(out), "--db", str(db)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "reference round 3/3" in printed and "term t=2 - fedavg" in printed
+    main_run, reference = (json.loads((path / "summary.json").read_text()) for path in (out, tmp_path / "run-reference"))
+    assert main_run["strategy"]["name"] == "term" and reference["strategy"]["name"] == "fedavg"
+    assert reference["seed"] == main_run["seed"] and reference["reference_hash"] == main_run["reference_hash"]
+    assert reference["config_hash"] == main_run["reference_hash"]  # the reference is the run's plain-FedAvg twin
+    store = ResultsStore.open_readonly(db)
+    assert {r.strategy for r in store.list_runs()} == {"term", "fedavg"}
+    assert store.get_run(reference["run_id"]).name == "default (reference: fedavg)"
+    # the difference column is the difference of the two runs' test statistics
+    diff = main_run["test"]["worst_10"] - reference["test"]["worst_10"]
+    row = next(line for line in printed.splitlines() if line.lstrip("│ ").startswith("worst 10%"))
+    assert f"{diff:+.4f}" in row
+
+
+def test_no_reference_runs_the_scenario_alone(tmp_path, capsys):
+    db = tmp_path / "r.db"
+    assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--set", "run.reference=fedavg", "--no-reference",
+                 "--out", str(tmp_path / "run"), "--db", str(db)]) == 0
+    assert "reference round" not in capsys.readouterr().out
+    assert [r.strategy for r in ResultsStore.open_readonly(db).list_runs()] == ["term"]
+    assert not (tmp_path / "run-reference").exists()
 
 
 def test_rounds_and_seed_shortcuts_override_the_scenario(tmp_path):
@@ -88,6 +119,32 @@ def test_sweep_runs_each_distinct_cell_and_writes_the_comparison(tmp_path, capsy
     comparison = json.loads((out / "comparison.json").read_text())
     assert comparison["selection"]["term"]["cell"] in {"term t=1", "term t=5"}
     assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini")) == 6
+
+
+def test_sweep_pairs_each_cell_with_fedavg_and_selects_on_the_tail_of_the_validation_curve(tmp_path, capsys):
+    path = sweep_file(tmp_path)
+    path.write_text(path.read_text().replace("rounds = 2", "rounds = 10")
+                    + "[selection]\ntail = 3\nobjective = \"worst_10\"\n")
+    out, db = tmp_path / "sweep", tmp_path / "r.db"
+    assert main(["sweep", str(path), "--out", str(out), "--db", str(db)]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at 80 columns
+    assert "paired difference to FedAvg" in printed and "over the last fifth of the rounds" in printed
+    comparison = json.loads((out / "comparison.json").read_text())
+    rows = {r["cell"]: r for r in comparison["cells"]}
+    store = ResultsStore.open_readonly(db)
+    # validation_tail: each run's last 3 evaluated rounds, then the mean over seeds
+    for cell in ("fedavg", "term t=1"):
+        per_run = [np.mean([r["worst_10"] for r in store.load_round_stats(run_id, "val")[-3:]])
+                   for run_id in rows[cell]["run_ids"]]
+        assert rows[cell]["validation_tail.worst_10"] == pytest.approx(np.mean(per_run))
+    # paired: per seed, term's test statistic minus fedavg's
+    fedavg = {store.get_run(i).seed: store.get_run(i).summary["test"] for i in rows["fedavg"]["run_ids"]}
+    term = {store.get_run(i).seed: store.get_run(i).summary["test"] for i in rows["term t=5"]["run_ids"]}
+    diffs = [term[s]["worst_10"] - fedavg[s]["worst_10"] for s in (0, 1)]
+    assert rows["term t=5"]["paired_seeds"] == 2
+    assert rows["term t=5"]["test.worst_10.diff"] == pytest.approx(np.mean(diffs))
+    assert "paired_seeds" not in rows["fedavg"]
+    assert "validation_tail" in comparison["selection"]["term"]["rule"]
 
 
 def test_sweep_resumes_without_redoing_finished_cells(tmp_path, capsys):

@@ -236,8 +236,29 @@ def test_devices_default_to_the_last_round_and_unknown_rounds_are_404(client):
     assert client.get("/api/runs/term-3/devices").json()["round"] == 2
     missing = client.get("/api/runs/term-3/devices?round=9")
     assert missing.status_code == 404
-    assert "round 9" in missing.json()["detail"] and "rounds 1 to 2" in missing.json()["detail"]
+    assert "round 9" in missing.json()["detail"] and "evaluated rounds: 1, 2" in missing.json()["detail"]
     assert client.get("/api/runs/term-3/devices?split=train").status_code == 422
+
+
+def test_a_run_evaluated_every_few_rounds_shows_its_evaluated_rounds_and_all_its_training(tmp_path):
+    from conftest import small_scenario
+    from term_fl.results import ResultsStore
+    from term_fl.runs import run_one
+
+    db = tmp_path / "results.db"
+    with ResultsStore(db) as writable:
+        run_id = run_one(small_scenario("run.engine=inprocess", "run.rounds=5", "run.evaluate_every=2"), writable,
+                         out_dir=tmp_path / "run").run_id
+    with TestClient(create_app(db)) as client:
+        assert client.get(f"/api/runs/{run_id}/rounds").json()["splits"]["test"]["round"] == [2, 4, 5]
+        devices = client.get(f"/api/runs/{run_id}/devices").json()
+        assert devices["round"] == 5 and devices["rounds"] == [2, 4, 5]
+        missing = client.get(f"/api/runs/{run_id}/devices?round=3")
+        assert missing.status_code == 404 and "evaluated rounds: 2, 4, 5" in missing.json()["detail"]
+        assert client.get(f"/api/runs/{run_id}/weights").json()["rounds"] == [1, 2, 3, 4, 5]
+        assert client.get(f"/runs/{run_id}").status_code == 200
+        compare = client.get(f"/api/compare?run={run_id}").json()
+        assert compare["cells"][0]["n"] == 1
 
 
 def test_weights_matrix_has_nulls_where_a_device_was_not_sampled(client, store):

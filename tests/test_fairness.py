@@ -502,6 +502,13 @@ def test_the_table_lists_every_statistic_a_round_computes_and_nothing_else():
 def test_directions_say_which_way_is_better():
     assert statistic("worst_10").direction == statistic("jain").direction == 1
     assert statistic("std").direction == statistic("gini").direction == statistic("tivar").direction == -1
-    assert [s.key for s in STATISTICS if s.headline] == ["pooled_mean", "worst_10", "best_10", "std"]
-    with pytest.raises(ValueError, match="unknown statistic 'worst_5'; allowed: pooled_mean, mean"):
+    assert [s.key for s in STATISTICS if s.headline] == ["mean", "pooled_mean", "worst_10", "best_10", "std"]
+    with pytest.raises(ValueError, match="unknown statistic 'worst_5'; allowed: mean, pooled_mean"):
         statistic("worst_5")
+
+
+def test_the_two_accuracies_are_named_device_mean_and_pooled_never_average():
+    # the papers' "average" is the mean of the device accuracies; the pooled accuracy is another number
+    assert statistic("mean").label == "device mean" and statistic("pooled_mean").label == "pooled"
+    assert [s.key for s in STATISTICS][:2] == ["mean", "pooled_mean"]
+    assert not any("average" in s.label for s in STATISTICS)

@@ -275,6 +275,54 @@ def test_noisy_runs_report_the_clean_devices_separately(tmp_path):
                                 correct=test["correct"][clean])
     assert summary["test_clean"]["K"] == 4
     assert summary["test_clean"]["pooled_mean"] == pytest.approx(expected["pooled_mean"])
+    val = store.load_metrics(recorder.run_id, "val")
+    clean = (val["round"] == 3) & ~np.isin(val["partition_id"], [1, 4])
+    assert summary["validation_clean"]["mean"] == pytest.approx(val["accuracy"][clean].mean())
+
+
+def test_evaluate_every_evaluates_every_nth_round_and_always_the_last(tmp_path):
+    scenario = small_scenario("run.engine=inprocess", "run.rounds=7", "run.evaluate_every=3")
+    store, recorder = run_to_store(scenario, tmp_path)
+    run_id = recorder.run_id
+    assert [r["round"] for r in store.load_round_stats(run_id, "test")] == [3, 6, 7]
+    assert sorted(set(store.load_metrics(run_id, "val")["round"].tolist())) == [3, 6, 7]
+    assert sorted(set(store.load_train(run_id)["round"].tolist())) == list(range(1, 8))  # every round trains
+    assert [r["round"] for r in store.load_rounds(run_id)] == list(range(1, 8))
+    summary = recorder.summary
+    assert summary["rounds_completed"] == 7 and summary["evaluated_round"] == 7
+    assert summary["test"]["worst_10"] == store.load_round_stats(run_id, "test")[-1]["worst_10"]
+
+
+def test_evaluating_less_often_leaves_the_trained_model_and_the_evaluated_rounds_unchanged(tmp_path):
+    every = run_to_store(small_scenario("run.engine=inprocess", "run.rounds=4", "run.evaluate_every=2"),
+                         tmp_path, name="every2")
+    each = run_to_store(small_scenario("run.engine=inprocess", "run.rounds=4"), tmp_path, name="each")
+    (store, a), (_, b) = every, each
+    stats_a = {r["round"]: r for r in store.load_round_stats(a.run_id, "test")}
+    stats_b = {r["round"]: r for r in store.load_round_stats(b.run_id, "test")}
+    assert sorted(stats_a) == [2, 4] and sorted(stats_b) == [1, 2, 3, 4]
+    for r in (2, 4):  # evaluation draws its own random stream: training does not depend on it
+        assert stats_a[r]["mean"] == stats_b[r]["mean"] and stats_a[r]["worst_10"] == stats_b[r]["worst_10"]
+
+
+def test_the_summary_says_how_much_the_validation_device_mean_moved_over_the_last_fifth(tmp_path):
+    from term_fl.convergence import FLAT, last_fifth_change
+
+    scenario = small_scenario("run.engine=inprocess", "run.rounds=10")
+    store, recorder = run_to_store(scenario, tmp_path)
+    rows = store.load_round_stats(recorder.run_id, "val")
+    expected = last_fifth_change([r["round"] for r in rows], [r["mean"] for r in rows], 10)
+    convergence = recorder.summary["convergence"]
+    assert convergence["statistic"] == "validation device mean"
+    assert convergence["last_fifth_change"] == pytest.approx(expected)
+    assert convergence["flat"] == (abs(expected) <= FLAT)
+
+
+def test_evaluate_every_must_be_a_positive_number_of_rounds():
+    from term_fl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="run.evaluate_every: Input should be greater than or equal to 1"):
+        small_scenario("run.evaluate_every=0")
 
 
 class CrashingGrid(InProcessGrid):

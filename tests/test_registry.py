@@ -66,6 +66,8 @@ def test_cell_labels_name_the_tuned_parameters():
     assert cell_label({"name": "qffl", "q": 5.0, "client_lr": 0.03, "tau": -1.0}) == "qffl q=5 tau=-1"
     assert cell_label({"name": "afl", "lambda_lr": 0.05, "tau": 0.0}) == "afl lambda_lr=0.05"
     assert cell_label({"name": "fedavg", "tau": 0.0}) == "fedavg"
+    assert cell_label({"name": "qffl", "q": 2.0, "loss_reduction": "sum", "tau": 0.0}) == "qffl q=2 sum"
+    assert cell_label({"name": "term", "t": 0.1, "loss_reduction": "sum", "tau": 0.0}) == "term t=0.1 sum"
 
 
 def test_afl_runs_end_to_end_and_shows_up_in_the_store_the_summary_the_comparison_and_the_dashboard(tmp_path):

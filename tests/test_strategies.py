@@ -40,6 +40,7 @@ from term_fl.strategies import (
     project_onto_simplex,
 )
 from term_fl.flower_internals import records_of
+from term_fl.strategies.fedavg import RoundInputs
 
 SHAPES = {"layer.weight": (3, 4), "layer.bias": (3,)}
 
@@ -158,6 +159,46 @@ def test_t_zero_with_num_examples_weights_equals_flower_fedavg(make):
     assert dict(metrics) == pytest.approx(dict(flower_metrics), rel=1e-12)
     n = np.array([c[2] for c in by_partition()], dtype=float)
     np.testing.assert_allclose(ours.last_round.weights, n / n.sum(), rtol=1e-15)
+
+
+def round_inputs(losses, num_examples):
+    return RoundInputs(server_round=1, partition_ids=np.arange(len(losses)), losses=np.asarray(losses, float),
+                       num_examples=np.asarray(num_examples, float), global_model=lambda: model(100),
+                       local_models=lambda: iter(()))
+
+
+@pytest.mark.parametrize("lam", [1.0, 0.5])
+def test_at_t_zero_the_old_model_has_no_share_even_when_the_float_weights_miss_one(lam):
+    sizes = [430, 558, 520, 548, 142, 441, 431, 10, 81, 267]
+    n = np.array(sizes, dtype=float)
+    assert np.sum(n / n.sum()) != 1.0  # the float sum of n_k / N is 1 - 1.1e-16 here
+    losses = 0.1 * np.arange(1, 11)
+    expected, _ = FedAvg().round_step(round_inputs(losses, n), None)
+    got, _ = TermFedAvg(t=0.0, lam=lam).round_step(round_inputs(losses, n), 0.7 if lam < 1 else None)
+    assert got.global_coefficient == 0.0 == expected.global_coefficient
+    assert np.array_equal(got.coefficients, expected.coefficients)
+    clients = [(1000 + i, i, size, loss, loss * size) for i, (size, loss) in enumerate(zip(sizes, losses))]
+    arrays = []
+    for strategy in (FedAvg(), TermFedAvg(t=0.0, lam=lam)):
+        strategy.set_node_partitions({c[0]: c[1] for c in clients})
+        list(strategy.configure_train(1, global_record(), ConfigRecord(), FakeGrid([c[0] for c in clients])))
+        arrays.append(strategy.aggregate_train(1, replies(clients))[0])
+    assert all(np.array_equal(arrays[0][k].numpy(), arrays[1][k].numpy()) for k in SHAPES)
+
+
+@pytest.mark.parametrize("t", [-3.0, 0.0, 2.0])
+def test_term_with_a_server_learning_rate_keeps_exactly_one_minus_it_of_the_old_model(t):
+    strategy = TermFedAvg(t=t, server_learning_rate=0.25)
+    aggregation, _ = strategy.round_step(round_inputs([0.3, 1.4, 2.1], [10, 5, 25]), None)
+    aggregation = aggregation.stepped(strategy.server_learning_rate)  # as FedAvg's aggregate_train takes it
+    assert aggregation.global_coefficient == 0.75
+    assert aggregation.coefficients.sum() == pytest.approx(0.25, abs=1e-15)
+
+
+def test_with_a_running_estimate_the_old_model_takes_what_the_weights_leave():
+    aggregation, _ = TermFedAvg(t=2.0, lam=0.5).round_step(round_inputs([0.3, 1.4, 2.1], [10, 5, 25]), 0.2)
+    assert aggregation.coefficients.sum() != pytest.approx(1.0)  # lam < 1: the p_k need not sum to 1
+    assert aggregation.global_coefficient == 1.0 - float(np.sum(aggregation.coefficients))
 
 
 def test_output_keeps_the_global_models_keys_and_float32_dtype():
@@ -307,6 +348,22 @@ def test_qffl_matches_flowers_qfedavg():
     flower_arrays, _ = flower.aggregate_train(1, replies())
     for key in SHAPES:
         np.testing.assert_allclose(arrays[key].numpy(), flower_arrays[key].numpy(), atol=1e-6)
+
+
+def test_qffl_sum_reduction_weights_the_summed_losses():
+    q, lr = 2.0, 0.1
+    strategy = ready(QFFL(lr, q, loss_reduction="sum"))
+    assert strategy.train_loss_key == "train_loss_before_sum"
+    strategy.aggregate_train(1, replies())
+    clients = by_partition()
+    f = np.array([c[4] for c in clients]) + 1e-10
+    w = decode(global_record())
+    dist = np.array([sum(np.sum((w[k].astype(float) - model(c[1])[k].astype(float)) ** 2) for k in SHAPES)
+                     for c in clients])
+    lip = 1.0 / lr
+    h = q * f ** (q - 1) * lip**2 * dist + lip * f**q
+    np.testing.assert_array_equal(strategy.last_round.losses, f - 1e-10)
+    np.testing.assert_allclose(strategy.last_round.weights, lip * f**q / h.sum(), rtol=1e-12)
 
 
 def test_qffl_with_q_zero_is_a_uniform_average_of_local_models():

@@ -46,7 +46,9 @@ def test_qffl_takes_flowers_qfedavg_arguments_in_order_only_the_loss_key_default
             assert (o.kind, o.default, t.default) == (t.kind, "train_loss_before", "train_loss")
         else:
             assert same(o, t), (o, t)
-    assert len(ours) == len(theirs) + 1 and ours[-1].kind is inspect.Parameter.VAR_KEYWORD
+    extra = ours[len(theirs):]  # term-fl's own: keywords only (loss_reduction, then **kwargs)
+    assert [p.name for p in extra] == ["loss_reduction", "kwargs"]
+    assert [p.kind for p in extra] == [inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.VAR_KEYWORD]
 
 
 def test_term_takes_t_and_the_loss_key_then_flowers_fedavg_arguments():

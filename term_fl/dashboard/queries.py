@@ -206,7 +206,7 @@ def devices_at(store: ResultsStore, run_id: str, round: int | None = None, split
             return {"run_id": run_id, "split": split, "round": None, "rounds": [], "devices": []}
         round = rounds[-1]
     if round not in rounds:
-        have = f"rounds {rounds[0]} to {rounds[-1]}" if rounds else "no evaluated rounds yet"
+        have = _evaluated_rounds(rounds)
         raise NotFound(f"run {run_id!r} has no {split} evaluation for round {round} ({have})")
     metrics = store.load_round_devices(run_id, round, split)
     return {"run_id": run_id, "split": split, "round": round, "rounds": rounds, "devices": _device_list(metrics)}
@@ -218,6 +218,14 @@ def _device_list(metrics: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
         plain({**{key: values[i] for key, values in columns.items()}, "name": device_name(columns["partition_id"][i])})
         for i in range(len(columns["partition_id"]))
     ]
+
+
+def _evaluated_rounds(rounds: Sequence[int]) -> str:
+    """'evaluated rounds 10, 20, ... 100' (a run may evaluate every N rounds: run.evaluate_every)."""
+    if not rounds:
+        return "no evaluated rounds yet"
+    shown = ", ".join(map(str, rounds[:5])) + (f", ... {rounds[-1]}" if len(rounds) > 5 else "")
+    return f"evaluated rounds: {shown}"
 
 
 def weights_matrix(store: ResultsStore, run_id: str) -> dict[str, Any]:

@@ -7,8 +7,9 @@ ClientApp process that imports the engines' client cache
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ContextManager
 
 from term_fl.config import ConfigError, Scenario, check_fits_dataset
 from term_fl.data import dataset_for
@@ -17,7 +18,7 @@ from term_fl.errors import EngineStartError
 if TYPE_CHECKING:
     from term_fl.federation import FederationResult, Recorder, RoundRecord
 
-__all__ = ["ENGINES", "EngineStartError", "check_machine", "run_scenario"]
+__all__ = ["ENGINES", "EngineStartError", "check_machine", "engine_session", "run_scenario"]
 
 
 def check_machine(scenario: Scenario) -> None:
@@ -41,6 +42,15 @@ def check_machine(scenario: Scenario) -> None:
                 f"resources.num_gpus = {scenario.resources.num_gpus:g} but this machine has no CUDA GPU; "
                 "set it to 0 (or leave it unset)"
             )
+
+
+def engine_session(scenario: Scenario) -> ContextManager[None]:
+    """One Ray instance for several runs on the Flower engine (a sweep, a run and its reference); nothing in-process."""
+    if scenario.run.engine == "flower":
+        from term_fl.engines.flower import ray_session
+
+        return ray_session(scenario)
+    return contextlib.nullcontext()
 
 
 def run_scenario(

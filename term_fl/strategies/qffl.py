@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from logging import INFO
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from flwr.app import MetricRecord, RecordDict
@@ -33,7 +33,7 @@ from pydantic import Field
 from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
-from .settings import Settings
+from .settings import LOSS_KEYS, Settings, loss_reduction_field
 
 __all__ = ["QFFL", "QFFLSettings", "qffl_coefficients", "squared_distances"]
 
@@ -45,6 +45,7 @@ class QFFLSettings(Settings):
 
     q: float = Field(1.0, ge=0.0, le=100.0, allow_inf_nan=False,
                      description="fairness parameter: 0 is a uniform average of the local models")
+    loss_reduction: Literal["mean", "sum"] = loss_reduction_field()
 
 
 def qffl_coefficients(
@@ -111,10 +112,15 @@ class QFFL(FedAvg):
         default; term-fl's scenarios default to 1.0.
     train_loss_key : str (default: "train_loss_before")
         Metric key of F_k >= 0, the loss of the received global model on the
-        client's training data, measured before local training.
+        client's training data, measured before local training. Left at its
+        default with ``loss_reduction="sum"``, it reads "train_loss_before_sum".
     fraction_train, fraction_evaluate, min_train_nodes, min_evaluate_nodes, min_available_nodes, \
 weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evaluate_metrics_aggr_fn
         Flower's FedAvg arguments (see :class:`~term_fl.strategies.FedAvg`).
+    loss_reduction : {"mean", "sum"} (default: "mean")
+        Which F_k the clients' replies provide: the mean loss or the loss
+        summed over the device's samples (TERM's reference code's F_k: a
+        "paper" mode that runs both strategies on the same F_k).
     **kwargs
         term-fl's keywords of :class:`~term_fl.strategies.FedAvg`
         (``server_learning_rate``, ``clients_per_round``, ``seed``,
@@ -139,9 +145,13 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
         configrecord_key: str = CONFIG,
         train_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
         evaluate_metrics_aggr_fn: Callable[[list[RecordDict], str], MetricRecord] | None = None,
+        *,
+        loss_reduction: str = "mean",
         **kwargs: Any,
     ) -> None:
-        settings = QFFLSettings.of(type(self).__name__, q=q)
+        settings = QFFLSettings.of(type(self).__name__, q=q, loss_reduction=loss_reduction)
+        if train_loss_key == TRAIN_LOSS_BEFORE:
+            train_loss_key = LOSS_KEYS[settings.loss_reduction]
         if not (isinstance(client_learning_rate, int | float) and math.isfinite(client_learning_rate)
                 and client_learning_rate > 0):
             raise ValueError(f"client_learning_rate must be a positive number, got {client_learning_rate!r}.")
@@ -159,6 +169,7 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
             train_loss_key=train_loss_key,
             **kwargs,
         )
+        self.loss_reduction = settings.loss_reduction
         self.settings = settings
         self.client_learning_rate = float(client_learning_rate)
         self.q = settings.q
@@ -178,7 +189,7 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
     def summary(self) -> None:
         """Log the q-FFL settings, then the shared ones."""
         log(INFO, "\t├──> q-FFL settings:")
-        log(INFO, "\t│\t├── q: %s", self.q)
+        log(INFO, "\t│\t├── q: %s | loss: %s ('%s')", self.q, self.loss_reduction, self.train_loss_key)
         log(INFO, "\t│\t└── client_learning_rate: %s (L = %s)", self.client_learning_rate,
             1.0 / self.client_learning_rate)
         super().summary()

@@ -129,12 +129,15 @@ def build_strategy(name: str, **params: Any) -> FedAvg:
 
 
 def cell_label(strategy: Mapping[str, Any]) -> str:
-    """'term t=1', 'qffl q=5', 'fedavg': the name and its tuned parameters, with tau when a client-side tilt is used."""
+    """'term t=1', 'qffl q=5 sum', 'fedavg': the name and its tuned parameters, 'sum' for summed losses F_k,
+    and tau when a client-side tilt is used."""
     name = strategy.get("name", "?")
     parts = [name]
     spec = STRATEGIES.get(name)
     for key in spec.tuned if spec else ():
         parts.append(f"{key}={strategy.get(key):g}")
+    if strategy.get("loss_reduction") == "sum":
+        parts.append("sum")  # F_k summed over the device's samples ('paper' mode)
     if strategy.get("tau"):
         parts.append(f"tau={strategy.get('tau'):g}")
     return " ".join(parts)

@@ -14,7 +14,18 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["Defences", "Settings"]
+from term_fl.keys import TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
+
+__all__ = ["LOSS_KEYS", "Defences", "Settings", "loss_reduction_field"]
+
+LOSS_KEYS = {"mean": TRAIN_LOSS_BEFORE, "sum": TRAIN_LOSS_BEFORE_SUM}
+"""Metric key of F_k for each loss reduction: the mean or the summed loss of the incoming model."""
+
+
+def loss_reduction_field() -> Any:
+    """The ``loss_reduction`` setting of the strategies that weight devices by F_k (TERM, q-FFL): one definition."""
+    return Field("mean", description="F_k the clients report: mean loss (train_loss_before) or, as TERM's "
+                                     "reference code, the loss summed over the device's samples (train_loss_before_sum)")
 
 
 class Settings(BaseModel):

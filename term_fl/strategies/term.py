@@ -24,18 +24,28 @@ from typing import Any, Literal
 import numpy as np
 from flwr.app import MetricRecord, RecordDict
 from flwr.supercore import log
+from numpy.typing import NDArray
 from pydantic import Field
 
-from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
+from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES
 from term_fl.tilting import term_round
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .reports import Diagnostics
-from .settings import Settings
+from .settings import LOSS_KEYS, Settings, loss_reduction_field
 
 __all__ = ["TermFedAvg", "TermSettings"]
 
-LOSS_KEYS = {"mean": TRAIN_LOSS_BEFORE, "sum": TRAIN_LOSS_BEFORE_SUM}
+
+
+def old_model_share(weights: NDArray[np.float64], sums_to_one: bool) -> float:
+    """g = 1 - sum_k p_k, the share of the old global model in w_new = g w + sum_k p_k w_k (before eta_s).
+
+    When the p_k sum to 1 in exact arithmetic (lam = 1, or t = 0 where p_k = a_k)
+    g is 0 exactly: their float sum is off by about 1e-16, and adding that
+    fraction of the old model every round made t = 0 differ from FedAvg.
+    """
+    return 0.0 if sums_to_one else 1.0 - float(np.sum(weights))
 
 
 class TermSettings(Settings):
@@ -48,8 +58,7 @@ class TermSettings(Settings):
                        description="mixing rate of the running estimate Rt across rounds (1 = no memory)")
     base_weighting: Literal["num_examples", "uniform"] = Field(
         "num_examples", description="base weights a_k before tilting: proportional to n_k, or uniform")
-    loss_reduction: Literal["mean", "sum"] = Field(
-        "mean", description="F_k the clients report: mean loss (train_loss_before) or summed loss (train_loss_before_sum)")
+    loss_reduction: Literal["mean", "sum"] = loss_reduction_field()
     server_lr: float = Field(1.0, gt=0.0, le=100.0, allow_inf_nan=False,
                              description="server learning rate eta_s (the reference code's step is 1/m)")
 
@@ -164,8 +173,9 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
         """c_k = p_k and g = 1 - sum_k p_k from :func:`term_fl.tilting.term_round` (eta_s applied by FedAvg); the state is Rt."""
         base = inputs.num_examples if self.base_weighting == "num_examples" else None
         result = term_round(inputs.losses, base, self.t, self.lam, state)
+        sums_to_one = self.lam == 1.0 or self.t == 0.0
         return (
-            Aggregation(result.weights, global_coefficient=1.0 - float(np.sum(result.weights))),
+            Aggregation(result.weights, global_coefficient=old_model_share(result.weights, sums_to_one)),
             result.running_estimate,
         )
 
