@@ -41,6 +41,9 @@ __all__ = [
 # mean + log1p(sum_i a_i expm1(t c_i)) / t, which keeps full relative accuracy
 # as t -> 0; above it, as a max-shifted log-sum-exp.
 _SMALL_EXPONENT = 1.0
+# Below this |t c_i|, R(t) = mean + (t/2) sum_i a_i c_i^2 to machine precision
+# (the next term is t^2 c^3 / 6): no division of rounded t c_i by t.
+_SERIES_EXPONENT = 1e-8
 
 
 def _as_tilt(t: float, name: str = "t") -> float:
@@ -89,7 +92,12 @@ def _tilted_objective(values: NDArray[np.float64], t: float, a: NDArray[np.float
     # Centre on the mean: R(t) = mean + (1/t) log sum_i a_i exp(t c_i).
     exponents = t * (values - mean)
     largest = float(np.max(exponents))
-    if max(largest, -float(np.min(exponents))) <= _SMALL_EXPONENT:
+    extent = max(largest, -float(np.min(exponents)))
+    if extent <= _SERIES_EXPONENT:
+        # (1/t) log sum_i a_i exp(t c_i) = (t/2) sum_i a_i c_i^2 + O(t^2 c^3), sum_i a_i c_i = 0: a tiny
+        # (even subnormal) t would otherwise divide the rounding of t c_i by t.
+        return mean + 0.5 * t * float(np.sum(a * np.square(values - mean)))
+    if extent <= _SMALL_EXPONENT:
         # sum_i a_i exp(x_i) = 1 + sum_i a_i expm1(x_i) since sum_i a_i = 1.
         log_sum = math.log1p(float(np.sum(a * np.expm1(exponents))))
     else:

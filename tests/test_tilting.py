@@ -135,6 +135,17 @@ def test_extreme_tilts_reach_max_and_min_by_hand():
     assert tilted_objective(v, -1000.0) == pytest.approx(1.0 + math.log(3) / 1000, abs=1e-12)
 
 
+@pytest.mark.parametrize("t", [5e-324, -5e-324, 1e-300, 1e-20, -1e-12])
+def test_a_tiny_tilt_is_the_mean_plus_half_t_times_the_variance(t):
+    """R(t) = mean + (t/2) var + O(t^2): a subnormal t once gave -0.4 for a mean of 0.6 (t c_i rounded, then / t)."""
+    v, w = np.array([0.0, 0.0, 3.0]), np.array([1.0, 3.0, 1.0])
+    a = w / w.sum()
+    mean = float(a @ v)
+    expected = mean + 0.5 * t * float(a @ (v - mean) ** 2)
+    assert tilted_objective(v, t, w) == pytest.approx(expected, rel=1e-15, abs=0)
+    assert (tilted_objective(v, t, w) >= mean) if t > 0 else (tilted_objective(v, t, w) <= mean)
+
+
 @given(values_and_weights(st.floats(-1e3, 1e3)), any_tilts, any_tilts)
 def test_objective_non_decreasing_in_t(vw, t1, t2):
     v, w = vw
