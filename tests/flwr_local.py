@@ -26,6 +26,8 @@ from pathlib import Path
 BIN = Path(sys.executable).parent
 CONNECTION = "test"
 START_S = 180.0  # how long the SuperLink may take to answer on a loaded machine
+RAY_START_TIMED_OUT = "The current node timed out during startup"  # ray/_private/node.py, a fixed 30 s
+RAY_START_TRIES = 3
 
 
 def free_port() -> int:
@@ -87,11 +89,23 @@ class LocalFlower:
                 time.sleep(1.0)
 
     def run(self, app: Path, federation_config: str, run_config: str, timeout: float) -> subprocess.CompletedProcess:
-        """`flwr run APP --stream` in the Simulation Engine with these settings; stdout and stderr together."""
+        """`flwr run APP --stream` in the Simulation Engine with these settings; stdout and stderr together.
+
+        A run whose Ray node did not register within Ray's fixed 30 s
+        (RAY_START_TIMED_OUT: a machine loaded far beyond its cores; nothing
+        of the app has run yet) is started again, at most RAY_START_TRIES
+        times in all; any other outcome is returned as it is.
+        """
         cmd = ["flwr", "run", str(Path(app).resolve()), CONNECTION, "--stream",
                "--federation-config", federation_config, "--run-config", run_config]
-        return subprocess.run(cmd, env=self.env, cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=timeout, stdin=subprocess.DEVNULL, check=False)
+        for _ in range(RAY_START_TRIES):
+            result = subprocess.run(cmd, env=self.env, cwd=self.home, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+                                    check=False)
+            if RAY_START_TIMED_OUT not in result.stdout:
+                break
+            print(f"\nflwr_local: Ray's node did not start within 30 s (machine overloaded); running {app} again")
+        return result
 
     def runs(self) -> list[dict]:
         """`flwr ls --format json`: every run of the SuperLink with its status."""
