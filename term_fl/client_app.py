@@ -18,12 +18,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, Context, Message
 from flwr.clientapp import ClientApp
 
 from term_fl.config import Scenario
 from term_fl.data import DeviceData, FederatedDataset, dataset_for
-from term_fl.flower_internals import from_array_record, metric_record, to_array_record
+from term_fl.flower_internals import from_array_record, metric_record, reply_message, to_array_record
 from term_fl.keys import (
     ARRAYS,
     CONFIG,
@@ -190,7 +190,7 @@ def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message
             TRAIN_LOSS_AFTER: float(result.loss_after),
         }
     )
-    return Message(RecordDict({ARRAYS: to_array_record(result.weights), METRICS: metrics}), reply_to=msg)
+    return reply_message(msg, {ARRAYS: to_array_record(result.weights), METRICS: metrics})
 
 
 def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
@@ -208,7 +208,7 @@ def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult
         values[eval_key(split, "correct")] = res.correct
         values[eval_key(split, "examples")] = res.examples
     values[NUM_EXAMPLES] = sum(res.examples for res in results)
-    return Message(RecordDict({METRICS: metric_record(values)}), reply_to=msg)
+    return reply_message(msg, {METRICS: metric_record(values)})
 
 
 def make_client_app(workspace: Workspace) -> ClientApp:

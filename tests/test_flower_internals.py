@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import flwr
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from term_fl import flower_internals as internals
 
@@ -65,6 +66,55 @@ def test_without_the_fast_paths_every_function_gives_flowers_own_result(plain_pa
     register = vce_api._register_nodes
     with internals.simulation_node_table() as known:
         assert known is None and vce_api._register_nodes is register  # every node is asked
+    req = request()
+    reply = internals.reply_message(req, {"metrics": MetricRecord({"a": 1})})
+    _same_reply(reply, Message(RecordDict({"metrics": MetricRecord({"a": 1})}), reply_to=req))
+
+
+def request() -> Message:
+    """A train message as a SuperLink delivers it to a node (an id, a source, a TTL)."""
+    from flwr.app.metadata import Metadata
+
+    metadata = Metadata(run_id=7, message_id="abc123", src_node_id=1, dst_node_id=42, reply_to_message_id="",
+                        group_id="3", created_at=time.time() - 5.0, ttl=3600.0, message_type=MessageType.TRAIN,
+                        src_task_id=11, dst_task_id=None)
+    return Message(RecordDict({"config": ConfigRecord({"x": 1})}), metadata=metadata)
+
+
+def _same_reply(fast: Message, plain: Message) -> None:
+    """Every attribute of the two replies (message, metadata, content) is the same, but the time they were built."""
+    assert type(fast) is Message and list(fast.__dict__) == list(plain.__dict__)
+    a, b = fast.metadata.__dict__, plain.metadata.__dict__
+    assert list(a) == list(b)
+    assert {k: v for k, v in a.items() if k not in ("_created_at", "_ttl")} == {
+        k: v for k, v in b.items() if k not in ("_created_at", "_ttl")}
+    # both end when the request does
+    assert a["_created_at"] + a["_ttl"] == pytest.approx(b["_created_at"] + b["_ttl"], abs=1e-6)
+    assert abs(a["_created_at"] - b["_created_at"]) < 60
+    assert not fast.has_error() and not plain.has_error() and fast.has_content()
+    assert list(fast.content.__dict__) == list(plain.content.__dict__)
+    assert fast.content.deflate() == plain.content.deflate() and fast.content.object_id == plain.content.object_id
+
+
+def test_a_fast_reply_is_the_reply_flower_builds():
+    """reply_message: the metadata of Flower's reply branch (nodes and tasks swapped, the request's run, group and
+    type, its id as reply_to, a TTL ending with the request's), the same content; bad records get Flower's error."""
+    assert internals.fast_paths()
+    arrays = internals.to_array_record({"w": np.ones(3, dtype=np.float32)})
+    metrics = internals.metric_record({"partition-id": 3, "train_loss": 0.5})
+    req = request()
+    fast = internals.reply_message(req, {"arrays": arrays, "metrics": metrics})
+    _same_reply(fast, Message(RecordDict({"arrays": arrays, "metrics": metrics}), reply_to=req))
+    meta = fast.metadata
+    assert (meta.src_node_id, meta.dst_node_id, meta.src_task_id, meta.dst_task_id) == (42, 1, None, 11)
+    assert (meta.run_id, meta.reply_to_message_id, meta.group_id, meta.message_type) == (7, "abc123", "3", "train")
+    assert meta.message_id == "" and meta.delivered_at == "" and 3590.0 < meta.ttl < 3595.1
+    assert list(fast.content) == ["arrays", "metrics"] and fast.content["metrics"] is metrics
+    fast.content["later"] = ConfigRecord({"y": 2})  # a RecordDict as any other: later items are checked
+    with pytest.raises(TypeError):
+        fast.content["bad"] = {"a": 1}
+    with pytest.raises(TypeError):  # not a record: Flower's constructor and its error
+        internals.reply_message(req, {"metrics": {"a": 1}})
 
 
 def test_fast_records_are_flowers_records_byte_for_byte():
