@@ -99,12 +99,24 @@ def fast_paths() -> bool:
 
 NUMPY_STYPE = "numpy.ndarray"  # flwr's SType.NUMPY
 _MAX_HEADERS = 1024
-_headers: dict[tuple[str, tuple[int, ...]], bytes] = {}
+# Keyed by the dtype itself: dtype.str is the same for different structured dtypes of one size ('|V8').
+_headers: dict[tuple[np.dtype, tuple[int, ...]], bytes] = {}
+_dtype_names: dict[np.dtype, str] = {}
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    """``str(dtype)``, what an ``Array`` stores as its dtype, once per dtype (numpy builds it in Python)."""
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = str(dtype)
+        if len(_dtype_names) < _MAX_HEADERS:
+            _dtype_names[dtype] = name
+    return name
 
 
 def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     """The ``.npy`` header ``np.save`` writes for a C-ordered array of this dtype and shape."""
-    key = (dtype.str, shape)
+    key = (dtype, shape)
     header = _headers.get(key)
     if header is None:
         buffer = io.BytesIO()
@@ -117,19 +129,20 @@ def _header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
     return header
 
 
-def to_array(value: np.ndarray) -> Array:
+def to_array(value: np.ndarray, *, fast: bool | None = None) -> Array:
     """A Flower ``Array`` holding ``value`` (the bytes ``Array(value)`` would hold).
 
     The fast path also skips ``Array.__init__``'s argument dispatch and checks
-    (its fields are set as that constructor sets them).
+    (its fields are set as that constructor sets them). ``fast``: the caller's
+    :func:`fast_paths` (asked here when None).
     """
     value = np.asarray(value)
-    if value.dtype.hasobject or not value.flags.c_contiguous or not fast_paths():
+    if value.dtype.hasobject or not value.flags.c_contiguous or not (fast_paths() if fast is None else fast):
         return Array(value)
-    shape = value.shape
+    shape, dtype = value.shape, value.dtype
     array = Array.__new__(Array)
     array.__dict__.update(
-        dtype=str(value.dtype), shape=shape, stype=NUMPY_STYPE, data=_header(value.dtype, shape) + value.tobytes()
+        dtype=_dtype_name(dtype), shape=shape, stype=NUMPY_STYPE, data=_header(dtype, shape) + value.tobytes()
     )
     return array
 
@@ -159,7 +172,7 @@ def to_array_record(arrays: Mapping[str, np.ndarray]) -> ArrayRecord:
     """
     record = ArrayRecord()
     if fast_paths():
-        record.__dict__["_data"] = {str(key): to_array(value) for key, value in arrays.items()}
+        record.__dict__["_data"] = {str(key): to_array(value, fast=True) for key, value in arrays.items()}
         return record
     for key, value in arrays.items():
         record[key] = to_array(value)

@@ -144,6 +144,25 @@ def test_fast_records_are_flowers_records_byte_for_byte():
         internals.metric_record({"x": "text"})
 
 
+def test_arrays_of_every_dtype_get_flowers_bytes_also_after_another_dtype_of_the_same_size():
+    """to_array caches headers and dtype names: two structured dtypes of one size ('|V8' both) or byte orders
+    must not share them; every array's bytes and dtype are Array(value)'s, and from_array gives it back."""
+    values = [
+        np.zeros(3, dtype=[("a", "<f4"), ("b", "<f4")]),
+        np.ones(3, dtype=[("x", "<i4"), ("y", "<f4")]),
+        np.arange(4, dtype="<f8"),
+        np.arange(4, dtype=">f8"),
+        np.arange(6, dtype=np.float32).reshape(2, 3),
+        np.arange(6, dtype=np.int64).reshape(3, 2),
+    ]
+    for _ in range(2):  # the second time from the caches
+        for value in values:
+            fast, plain = internals.to_array(value), Array(value)
+            assert (fast.dtype, fast.shape, fast.data) == (plain.dtype, plain.shape, plain.data)
+            back = internals.from_array(fast)
+            assert back.dtype == value.dtype and np.array_equal(back, value)
+
+
 def test_another_flower_version_is_named_in_a_warning_once(monkeypatch, caplog):
     monkeypatch.setattr(flwr, "__version__", "9.1.0")
     monkeypatch.setattr(internals, "_warned", set())
