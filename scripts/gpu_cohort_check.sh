@@ -43,10 +43,11 @@ SITE=$(mktemp -d "${TMPDIR:-/tmp}/term-fl-site.XXXXXX")
 trap 'rm -rf "$SITE"' EXIT
 
 step "installing ${#wheels[@]} wheels from $WHL_DIR into $SITE"
-if "$PYTHON" -m pip --version >/dev/null 2>&1; then
-  "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \
-    --target "$SITE" "${wheels[@]}" || { echo "pip install failed" >&2; exit 3; }
-else  # a wheel is a zip of what goes into site-packages
+if ! { "$PYTHON" -m pip --version >/dev/null 2>&1 \
+       && "$PYTHON" -m pip install --quiet --no-index --no-deps --no-compile --disable-pip-version-check \
+            --target "$SITE" "${wheels[@]}"; }; then
+  echo "no pip, or pip failed: unzipping the wheels instead (a wheel is a zip of what goes into site-packages)"
+  rm -rf "$SITE" && mkdir -p "$SITE"
   "$PYTHON" - "$SITE" "${wheels[@]}" <<'EOF' || { echo "unzipping the wheels failed" >&2; exit 3; }
 import sys, zipfile
 for wheel in sys.argv[2:]:
