@@ -8,6 +8,9 @@ Runs, one after the other in one invocation:
    tests/test_deployment_local.py starts it (TLS SuperLink from
    docker-compose.yml's flags, NODES SuperNodes with the profile's
    --node-config, deploy/submit.sh + ``flwr run``), without killing anything;
+   as root on cgroup v1, in a cgroup with the CPU weight e2e.sh gives the
+   docker cgroup (1024 per service), so that both get the same share of a
+   busy host;
 2. compose: ``deploy/e2e.sh fairness`` with the same NODES and ROUNDS
    (TERM_FL_E2E_FAIRNESS_NODES / TERM_FL_E2E_ROUNDS).
 
@@ -134,7 +137,24 @@ def round_durations(db: Path) -> list[float]:
         con.close()
 
 
-def run_local(nodes: int, rounds: int, work: Path) -> tuple[list[float], dict[str, Any]]:
+def _cpu_group(services: int) -> Path | None:
+    """A cgroup (v1, root) for the local processes with the CPU weight that deploy/e2e.sh gives the
+    docker cgroup (1024 per compose service), so that on a busy host both topologies get the same share
+    of the CPU against other work; None where that cannot be made (then the local processes compete as
+    plain processes, and the comparison says so)."""
+    root = Path("/sys/fs/cgroup/cpu")
+    if not (root / "cpu.shares").is_file() or not os.access(root, os.W_OK):
+        return None
+    group = root / f"term-fl-bench-{os.getpid()}"
+    try:
+        group.mkdir(exist_ok=True)
+        (group / "cpu.shares").write_text(str(1024 * services))
+    except OSError:
+        return None
+    return group
+
+
+def run_local(nodes: int, rounds: int, work: Path, group: Path | None = None) -> tuple[list[float], dict[str, Any]]:
     import yaml
 
     services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
@@ -147,8 +167,13 @@ def run_local(nodes: int, rounds: int, work: Path) -> tuple[list[float], dict[st
 
     def start(args: list[str], name: str, stamped: bool = False, **env: str) -> subprocess.Popen:
         log = subprocess.PIPE if stamped else open(work / f"{name}.log", "w")  # noqa: SIM115 (closed with it)
+        def join_group() -> None:  # in the child, before exec: it and everything it starts
+            if group is not None:
+                (group / "cgroup.procs").write_text(str(os.getpid()))
+
         p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True,
-                             env={**base_env, "FLWR_HOME": str(work / f"home-{name}"), **env})
+                             env={**base_env, "FLWR_HOME": str(work / f"home-{name}"), **env},
+                             preexec_fn=join_group)
         if stamped:
             threading.Thread(target=_stamp, args=(p.stdout, work / f"{name}.log"), daemon=True).start()
         procs.append(p)
@@ -207,10 +232,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-compose", action="store_true")
     args = parser.parse_args(argv)
     load = [os.getloadavg()[0]]
-    with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.monotonic()
-        local, local_phases = run_local(args.nodes, args.rounds, Path(tmp))
-        t_local = time.monotonic() - t0
+    services = args.nodes + 3  # as e2e.sh counts them: the SuperNodes, superlink, dashboard, submitter
+    group = _cpu_group(services)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.monotonic()
+            local, local_phases = run_local(args.nodes, args.rounds, Path(tmp), group)
+            t_local = time.monotonic() - t0
+    finally:
+        if group is not None:
+            time.sleep(1)
+            try:
+                group.rmdir()
+            except OSError as exc:
+                print(f"could not remove {group}: {exc}", file=sys.stderr)
     load.append(os.getloadavg()[0])
     compose: list[float] = []
     compose_phases: dict[str, Any] = {}
@@ -221,6 +256,9 @@ def main(argv: list[str] | None = None) -> int:
         load.append(os.getloadavg()[0])
     print(f"fairness topology, {args.nodes} SuperNodes, TLS, {args.rounds} rounds; load average (1 min) "
           f"{' / '.join(f'{x:.1f}' for x in load)} (start / after local / after compose) on {os.cpu_count()} CPUs")
+    where = (f"in a cgroup of CPU weight {1024 * services} ({services} x 1024, as e2e.sh gives the docker cgroup)"
+             if group else "plain processes (no cgroup v1 as root)")
+    print(f"local processes: {where}")
     for name, values, ph in (("local processes", local, local_phases), ("docker compose", compose, compose_phases)):
         if not values:
             continue
