@@ -123,7 +123,8 @@ def discover_nodes(
 ) -> dict[int, int]:
     """Map node ids to partition ids, waiting up to ``timeout`` s for ``expected`` nodes.
 
-    Every node is asked for its partition-id (one query message each), unless
+    Every node is asked for its partition-id (one query message each; a node
+    whose query failed is asked again, ``QUERY_TRIES`` in all), unless
     ``known`` gives a table that covers exactly the connected nodes and
     partitions ``0..expected-1``: Flower's Simulation Engine builds that table
     when it creates its virtual nodes, and asking 10,000 of them costs 10,000
