@@ -20,7 +20,8 @@
 # Exit status: 0 when both steps ran and passed, else the first failing
 # step's status. Variables: PYTHON (default python3), WHL_DIR (default .whl),
 # DEVICE (default cuda; `DEVICE=cpu SIZE=small` rehearses the script where
-# there is no GPU), SIZE (default full), TEST_TIMEOUT_S (240), BENCH_TIMEOUT_S (420).
+# there is no GPU), SIZE (default full), TEST_TIMEOUT_S (150), BENCH_TIMEOUT_S (390): together under
+# the 10 minutes a remote command may take.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -73,12 +74,12 @@ EOF
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "the imports failed" >&2; exit 4; }
 
 step "CUDA equivalence tests (tests/test_cohort.py tests/test_cohort_engine.py -k cuda)"
-timeout "${TEST_TIMEOUT_S:-240}" "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
+timeout "${TEST_TIMEOUT_S:-150}" "$PYTHON" -m pytest -q -rs -p no:cacheprovider \
   tests/test_cohort.py tests/test_cohort_engine.py -k cuda 2>&1 | tee "$OUT/pytest-cuda.txt"
 tests_rc=${PIPESTATUS[0]}
 
 step "cohort benchmark group (--size $SIZE --device $DEVICE)"
-timeout "${BENCH_TIMEOUT_S:-420}" "$PYTHON" -m benchmarks --only cohort --size "$SIZE" --device "$DEVICE" \
+timeout "${BENCH_TIMEOUT_S:-390}" "$PYTHON" -m benchmarks --only cohort --size "$SIZE" --device "$DEVICE" \
   --out "$OUT/cohort-cuda.json"
 bench_rc=$?
 if [ -f "$OUT/cohort-cuda.json" ]; then
