@@ -6,11 +6,17 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from term_fl.config import Scenario, load_scenario
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_VEHICLE = REPO.parent / "shared" / "data" / "vehicle" / "vehicle_fewshot.json"
+
+# Property tests check properties, not speed (speed is the benchmarks' job): no per-example
+# deadline, which a loaded 2-core CI machine broke (DeadlineExceeded in tests/test_tilting.py).
+settings.register_profile("term-fl", deadline=None)
+settings.load_profile("term-fl")
 
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
