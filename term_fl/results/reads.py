@@ -15,7 +15,7 @@ from term_fl.keys import EVAL_SPLITS
 
 from . import schema
 from .rows import RunInfo, _as_int, _check_split, _columns, _convert, _nan_for_null, _nan_if_none, _run_info
-from .schema import EVAL_COLUMNS, RISK_COLUMNS, RUN_STATUSES, STAT_COLUMNS, TRAIN_COLUMNS, _RUN_COLUMNS
+from .schema import EVAL_COLUMNS, RUN_STATUSES, TRAIN_COLUMNS, _RUN_COLUMNS, stats_columns
 
 DAMAGED = "_damaged"  # marks a row read back without its damaged JSON (final_stats)
 
@@ -207,8 +207,8 @@ class Reads:
 
         SQLite aggregates (``GROUP BY split, round``), so the rows that come
         back are one per round and split, however many runs there are. A
-        statistic with a column of its own (:data:`STAT_COLUMNS`, and
-        :data:`RISK_COLUMNS` from schema version 4) is read from it, the
+        statistic with a column of its own in this store's version
+        (:data:`~term_fl.results.schema.STATS_COLUMNS_SINCE`) is read from it, the
         others out of the stored JSON by ``json_extract``. Returns
         ``{split: {"round": [...], key: {"n": [...], "sum": [...], "sumsq": [...]}}}``.
         """
@@ -216,7 +216,7 @@ class Reads:
         for key in keys:
             if not key.replace("_", "").isalnum():
                 raise ValueError(f"a statistic key is letters, digits and '_', got {key!r}")
-        own = STAT_COLUMNS + (RISK_COLUMNS if self.version >= 4 else ())
+        own = stats_columns(self.version)
         columns = [key if key in own else f"json_extract(stats_json, '$.{key}')" for key in keys]
         aggregates = ", ".join(f"count({c}), total({c}), total({c} * {c})" for c in columns)
         sums: dict[tuple[str, int], list[float]] = {}

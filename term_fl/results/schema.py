@@ -28,8 +28,25 @@ STORED_STATUSES = ("running", "finished", "failed", "interrupted")
 RUN_STATUSES = (*STORED_STATUSES, "lost")  # "lost": running, with a stale heartbeat (derived when read)
 FINAL_STATUSES = STORED_STATUSES[1:]
 ROUND_STATUSES = ("ok", "failed")
-STAT_COLUMNS = ("mean", "pooled_mean", "worst_10", "best_10", "std")
+STAT_COLUMNS = ("mean", "pooled_mean", "worst_10", "best_10", "std")  # round_stats columns since version 1
 RISK_COLUMNS = ("var", "cvar", "evar", "tivar")  # round_stats columns since schema version 4
+STATS_COLUMNS_SINCE: dict[int, tuple[str, ...]] = {1: STAT_COLUMNS, 4: RISK_COLUMNS}
+"""The statistics with a round_stats column of their own, by the schema version that added them.
+
+Every statistic is in ``stats_json``; a column makes SQL read it without
+parsing JSON (the per-round sums of a comparison). To give one a column:
+its key here under the next version, that ``SCHEMA_VERSION`` (and
+``READABLE_VERSIONS``), and ``MIGRATIONS[version - 1] =
+_stats_columns_added(version)``; writes and reads follow this table.
+Columns added after version 1 mirror the JSON: a non-finite value is NULL.
+"""
+ADDED_STATS_COLUMNS = tuple(c for v, cols in sorted(STATS_COLUMNS_SINCE.items()) if v > 1 for c in cols)
+
+
+def stats_columns(version: int = SCHEMA_VERSION) -> tuple[str, ...]:
+    """The statistics that have a round_stats column in a store of schema ``version``."""
+    return tuple(c for v, cols in sorted(STATS_COLUMNS_SINCE.items()) if v <= version for c in cols)
+
 TRAIN_COLUMNS = ("sampled", "included", "train_loss", "train_loss_after", "tilted_weight", "num_examples")
 EVAL_COLUMNS = ("loss", "accuracy", "correct", "examples")
 
@@ -50,6 +67,9 @@ def _real(name: str) -> str:
     """A REAL column (NULL allowed: NaN binds as NULL) that refuses other types."""
     return f"{name} REAL CHECK (typeof({name}) IN ('real', 'null'))"
 
+
+# the columns added after version 1, after stats_json (where ALTER TABLE puts them in a migrated store)
+_ADDED_STATS_SQL = f"\n        {', '.join(f'{c} REAL' for c in ADDED_STATS_COLUMNS)}," if ADDED_STATS_COLUMNS else ""
 
 _SCHEMA = (
     f"""CREATE TABLE runs (
@@ -119,8 +139,7 @@ _SCHEMA = (
         round INTEGER NOT NULL,
         split TEXT NOT NULL CHECK (split IN {EVAL_SPLITS}),
         {", ".join(f"{c} REAL" for c in STAT_COLUMNS)},
-        stats_json TEXT NOT NULL,
-        {", ".join(f"{c} REAL" for c in RISK_COLUMNS)},
+        stats_json TEXT NOT NULL,{_ADDED_STATS_SQL}
         PRIMARY KEY (run_id, round, split),
         FOREIGN KEY (run_id, round) REFERENCES rounds (run_id, round)
             ON DELETE CASCADE
@@ -128,8 +147,8 @@ _SCHEMA = (
 )
 
 INSERT_ROUND_STATS = (
-    f"INSERT INTO round_stats (run_id, round, split, {', '.join(STAT_COLUMNS)}, stats_json, {', '.join(RISK_COLUMNS)}) "
-    f"VALUES ({', '.join('?' * (4 + len(STAT_COLUMNS) + len(RISK_COLUMNS)))})"
+    f"INSERT INTO round_stats (run_id, round, split, {', '.join((*STAT_COLUMNS, 'stats_json', *ADDED_STATS_COLUMNS))}) "
+    f"VALUES ({', '.join('?' * (4 + len(STAT_COLUMNS) + len(ADDED_STATS_COLUMNS)))})"
 )
 
 _RUN_COLUMNS = (
@@ -156,17 +175,26 @@ def _diagnostics_replace_running_estimate(conn: sqlite3.Connection) -> None:
 
 Step = str | Callable[[sqlite3.Connection], None]
 
+
+def _stats_columns_added(version: int) -> tuple[Step, ...]:
+    """Version - 1 -> version: the round_stats columns ``version`` adds, filled from the stored JSON.
+
+    A row whose JSON is damaged keeps NULL; a comparison's per-round curves
+    then read columns instead of parsing every row.
+    """
+    added = STATS_COLUMNS_SINCE[version]
+    return (
+        *(f"ALTER TABLE round_stats ADD COLUMN {c} REAL" for c in added),
+        "UPDATE round_stats SET " + ", ".join(
+            f"{c} = CASE WHEN json_valid(stats_json) THEN json_extract(stats_json, '$.{c}') END" for c in added
+        ),
+    )
+
+
 MIGRATIONS: dict[int, tuple[Step, ...]] = {
     1: ("ALTER TABLE runs ADD COLUMN heartbeat_at REAL",),
     2: (_diagnostics_replace_running_estimate,),
-    3: (
-        *(f"ALTER TABLE round_stats ADD COLUMN {c} REAL" for c in RISK_COLUMNS),
-        # filled from the stored JSON (a row whose JSON is damaged keeps NULL), so that a
-        # comparison's per-round risk curves read columns instead of parsing every row
-        "UPDATE round_stats SET " + ", ".join(
-            f"{c} = CASE WHEN json_valid(stats_json) THEN json_extract(stats_json, '$.{c}') END" for c in RISK_COLUMNS
-        ),
-    ),
+    3: _stats_columns_added(4),  # the loss risks
 }
 """The steps (SQL statements or functions of the connection) that bring a store of version v to v + 1.
 

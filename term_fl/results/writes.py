@@ -13,7 +13,7 @@ from term_fl.keys import EVAL_SPLITS
 
 from .errors import DuplicateRoundError, StoreError
 from .rows import _EVAL_ROWS, _TRAIN_ROWS, EvalRow, TrainRow, _as_finite_real, _as_int, _as_real, _convert, _dumps, _RowSpec
-from .schema import FINAL_STATUSES, INSERT_ROUND_STATS, RISK_COLUMNS, ROUND_STATUSES, STAT_COLUMNS
+from .schema import ADDED_STATS_COLUMNS, FINAL_STATUSES, INSERT_ROUND_STATS, ROUND_STATUSES, STAT_COLUMNS
 
 
 def new_run_id(now: float | None = None) -> str:
@@ -120,7 +120,7 @@ class Writes:
         stats_rows = [
             (run_id, round, split, *(_convert(_as_real, s.get(c), f"stats[{split!r}][{c!r}]") for c in STAT_COLUMNS),
              _dumps(s, f"stats[{split!r}]"),
-             *(_convert(_as_finite_real, s.get(c), f"stats[{split!r}][{c!r}]") for c in RISK_COLUMNS))
+             *(_convert(_as_finite_real, s.get(c), f"stats[{split!r}][{c!r}]") for c in ADDED_STATS_COLUMNS))
             for split, s in stats.items()
         ]  # fmt: skip
         excluded_json = _dumps(list(excluded), "excluded")
