@@ -162,7 +162,7 @@ ensure_docker() {
   fi
   [ "$(id -u)" -eq 0 ] || die "the Docker daemon is not running and only root can start it"
   log "starting dockerd (stopped again at the end)"
-  dockerd >"$WORK/dockerd.log" 2>&1 &
+  dockerd >"$WORK/dockerd.log" 2>&1 9>&- &   # without the run lock (fd 9)
   DOCKERD_PID=$!
   local i
   for i in $(seq 1 120); do
@@ -521,6 +521,15 @@ EOF
 
 # ---------------------------------------------------------------------------- main
 E2E_RESULTS=()
+# One run at a time on a machine: a second run would share the first one's
+# dockerd, which the first stops when it ends.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/e2e.lock"
+if command -v flock >/dev/null && ! flock -n 9; then
+  log "another deploy/e2e.sh runs on this machine: waiting for it ($CACHE/e2e.lock)"
+  flock 9 & WAIT_PID=$!   # in the background: Ctrl-C / SIGTERM end the wait at once
+  wait "$WAIT_PID"; WAIT_PID=""
+fi
 log "profiles: ${PROFILES[*]}; $ROUNDS rounds; work dir $WORK"
 step "docker daemon" ensure_docker
 choose_builder
