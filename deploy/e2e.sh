@@ -25,7 +25,8 @@
 #     CA (no --insecure); then `down -v`.
 # Prints the time of each step; exits non-zero on any failure. Leaves no
 # container, network, volume or daemon of its own behind (images stay: they are
-# the cache of the next run). The vehicle-sensor profile needs the data file:
+# the cache of the next run); one run at a time per machine (a second waits
+# for the first: $TERM_FL_E2E_CACHE/e2e.lock). The vehicle-sensor profile needs the data file:
 # $TERM_FL_VEHICLE_DATA, else data/vehicle_fewshot.json (see data/README.md).
 #
 # TERM_FL_E2E_CRASH=1 adds a fault to the fairness run: once round 1 is in the
