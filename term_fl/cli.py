@@ -91,6 +91,10 @@ def resolve_overrides(args: argparse.Namespace) -> dict:
                        ("run.executor", args.executor)):
         if value is not None:
             overrides[key] = value
+    if args.engine == "flower" and args.executor is None and "run.executor" not in overrides:
+        # Flower's engine runs every client as its own ClientApp: a file's cohort executor (the default
+        # scenario's) gives way to the sequential one, which gives the in-process engine's numbers.
+        overrides["run.executor"] = "sequential"
     return overrides
 
 

@@ -41,6 +41,12 @@ SMALL = [
     "run.rounds=3",
     "run.clients_per_round=3",
     "client.batch_size=16",
+    # the embedded default runs TERM and a FedAvg reference, batched, evaluated every 10th round:
+    # the tests' tiny runs are one run, sequential, evaluated every round
+    "run.reference=none",
+    "run.executor=sequential",
+    "run.evaluate_every=1",
+    "strategy.t=1",
 ]
 
 

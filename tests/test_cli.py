@@ -355,3 +355,20 @@ def test_runs_piped_into_a_reader_that_goes_away_stops_quietly(tmp_path):
     err = child.stderr.read().decode()
     assert child.wait(timeout=120) == 141, err
     assert err == ""
+
+
+@pytest.mark.parametrize(
+    "argv, executor",
+    [
+        (["--engine", "flower"], "sequential"),  # the file's cohort executor gives way to Flower's ClientApps
+        (["--engine", "flower", "--executor", "cohort"], "cohort"),  # asked for: the engine check names both
+        (["--engine", "flower", "--set", "run.executor=cohort"], "cohort"),
+        (["--engine", "inprocess"], None),  # the file's choice stands
+        ([], None),
+    ],
+)
+def test_engine_flower_on_the_command_line_runs_the_sequential_executor(argv, executor):
+    from term_fl.cli import build_parser, resolve_overrides
+
+    overrides = resolve_overrides(build_parser().parse_args(["run", *argv]))
+    assert overrides.get("run.executor") == executor

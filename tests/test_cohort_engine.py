@@ -149,8 +149,7 @@ def test_summary_and_config_hash_record_the_executor(tmp_path):
 
 def test_the_sequential_executor_keeps_the_config_hashes_of_earlier_stores(monkeypatch):
     """A scenario hashes as it did before run.executor existed (a settings dump without the key)."""
-    scenario = load_scenario(None, environ={})
-    assert scenario.run.executor == "sequential"
+    scenario = load_scenario(None, ["run.executor=sequential"], environ={})  # the default runs the cohort
     hashed = config_hash(scenario)
     dump = Scenario.model_dump
 

@@ -30,8 +30,11 @@ def write(tmp_path, text: str, name: str = "s.toml"):
 def test_embedded_default_is_term_on_synthetic_with_a_sweep():
     s = load_scenario(None, environ={})
     assert s.strategy.name == "term" and s.data.name == "synthetic"
-    assert s.data.alpha == 1.0 and s.data.beta == 1.0 and s.data.num_devices == 100
+    assert s.data.alpha == 1.0 and s.data.beta == 1.0 and s.data.num_devices == 30
     assert set(s.sweep["strategy.name"]) == {"fedavg", "qffl", "term"}
+    # `term-fl run` shows TERM next to a FedAvg reference, in about a minute: in-process, batched clients
+    assert (s.run.reference, s.run.engine, s.run.executor) == ("fedavg", "inprocess", "cohort")
+    assert s.strategy.t > 0 and s.run.evaluate_every > 1
 
 
 def test_set_overrides_file_which_overrides_default(tmp_path):
@@ -73,11 +76,12 @@ def test_vehicle_file_with_another_sha256_is_refused_unless_accepted(tmp_path):
 
 
 def test_data_sha256_leaves_config_hash_as_before():
-    # hashes computed by the previous version (before data.sha256 existed): the
-    # expectation is not hashed, the vehicle data counts by its actual content
-    assert config_hash(load_scenario(None, environ={})) == "db58e5a881cbcf83"
-    assert config_hash(load_scenario(REPO / "configs" / "fairness.toml", environ={})) == "15a15f27804de62a"
-    other = load_scenario(None, ["data.sha256=" + "0" * 64], environ={})
+    # hashes computed by the previous version (before data.sha256 existed) for its default and fairness
+    # scenarios (kept in tests/data/scenarios-0.1): the expectation is not hashed
+    old = REPO / "tests" / "data" / "scenarios-0.1"
+    assert config_hash(load_scenario(old / "default.toml", environ={})) == "db58e5a881cbcf83"
+    assert config_hash(load_scenario(old / "fairness.toml", environ={})) == "15a15f27804de62a"
+    other = load_scenario(old / "default.toml", ["data.sha256=" + "0" * 64], environ={})
     assert config_hash(other) == "db58e5a881cbcf83"
 
 
@@ -221,8 +225,10 @@ def test_sweeping_a_whole_table_is_refused(tmp_path):
 
 
 def test_the_engine_is_explicit_only_when_given(tmp_path):
-    assert "engine" not in load_scenario(None, environ={}).run.model_fields_set
-    assert "engine" in load_scenario(None, ["run.engine=flower"], environ={}).run.model_fields_set
+    path = write(tmp_path, "[run]\nrounds = 5\n")
+    assert "engine" not in load_scenario(path, environ={}).run.model_fields_set
+    assert "engine" in load_scenario(path, ["run.engine=flower"], environ={}).run.model_fields_set
+    assert "engine" in load_scenario(None, environ={}).run.model_fields_set  # the default names its engine
 
 
 def test_config_hash_of_a_synthetic_scenario_ignores_the_vehicle_data_environment(tmp_path):
@@ -267,7 +273,7 @@ def test_config_hash_changes_with_what_a_run_computes(override):
         ("run.rounds=true", "run.rounds: a boolean is not allowed"),
         ("strategy.t=false", "strategy.t: a boolean is not allowed"),
         ("data.noisy_devices=[1, true]", "data.noisy_devices: a boolean is not allowed"),
-        ("run.clients_per_round=101", "run.clients_per_round = 101 but the dataset has 100 devices; allowed: 1..100"),
+        ("run.clients_per_round=31", "run.clients_per_round = 31 but the dataset has 30 devices; allowed: 1..30"),
         ("name=../up", "name: must be 1 to 64 letters"),
         ("name=a/b", "name: must be 1 to 64 letters"),
         ("name=.hidden", "name: must be 1 to 64 letters"),

@@ -54,45 +54,61 @@ def test_vehicle_data_path_comes_from_the_environment_not_the_file():
 def test_vehicle_sensor_claims():
     s = load("vehicle-sensor.toml")
     assert s.data.name == "vehicle" and s.model.name == "linear_svm" and s.model.l2 > 0
-    assert s.run.clients_per_round == 10
+    assert s.run.clients_per_round == 10 and s.run.evaluate_every == 1
     assert s.data.seed is None  # each run.seed re-splits
     assert s.data.val_fraction >= 0.2 and s.data.test_fraction >= 0.3
+    # selection: the device mean bounds the choice, on validation averaged over the last 10 rounds
+    assert (s.selection.objective, s.selection.average, s.selection.tail) == ("worst_10", "mean", 10)
     cs = cells("vehicle-sensor.toml")
-    assert len(cs) == 15
+    assert len(cs) == 6 * 10
     assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
-    assert sorted({c.run.seed for c in cs}) == [0, 1, 2, 3, 4]
-    assert {c.strategy.q for c in cs if c.strategy.name == "qffl"} == {5.0}
+    assert sorted({c.run.seed for c in cs}) == list(range(10))
     assert all(c.strategy.t > 0 for c in cs if c.strategy.name == "term")
     assert all(c.client.tau == 0 for c in cs)
+    # both modes for both fair strategies: mean losses and the reference code's summed losses
+    modes = {(c.strategy.name, c.strategy.loss_reduction) for c in cs if c.strategy.name != "fedavg"}
+    assert modes == {("term", "mean"), ("term", "sum"), ("qffl", "mean"), ("qffl", "sum")}
 
 
 def test_fairness_claims():
     s = load("fairness.toml")
-    assert s.data.name == "synthetic" and s.data.num_devices == 100
+    assert s.data.name == "synthetic" and s.data.num_devices == 30
     assert (s.data.alpha, s.data.beta) == (1.0, 1.0)
     assert s.model.name == "logreg"
+    assert s.client.lr < 0.041  # below the stiffest devices' stability limit
+    assert s.run.evaluate_every > 1 and (s.selection.tail, s.selection.average) == (5, "mean")
     cs = cells("fairness.toml")
-    assert {c.data.num_devices for c in cs} == {100}
     assert sorted({c.run.seed for c in cs}) == [0, 1, 2]
     assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
-    assert sorted({c.strategy.q for c in cs if c.strategy.name == "qffl"}) == [0.1, 1, 5, 10]
-    assert sorted({c.strategy.t for c in cs if c.strategy.name == "term"}) == [0.1, 1, 2, 5, 10, 50, 100, 200]
-    # one cell per distinct setting: 1 fedavg + 4 q + 8 t, each over 3 seeds
-    assert len({config_hash(c) for c in cs}) == 13
-    assert len(cs) == 13 * 3
+    assert sorted({c.strategy.q for c in cs if c.strategy.name == "qffl"}) == [1, 5]
+    assert sorted({c.strategy.t for c in cs if c.strategy.name == "term"}) == [1, 3, 10]
+    # one cell per distinct setting: 1 fedavg + 2 q + 3 t, each over 3 seeds
+    assert len({config_hash(c) for c in cs}) == 6
+    assert len(cs) == 6 * 3
+
+
+def test_the_default_run_has_the_fairness_scenarios_settings():
+    default, fairness = load_scenario(None, environ={VEHICLE_DATA_ENV: VEHICLE_DATA}), load("fairness.toml")
+    for table in ("client", "data", "model", "selection"):
+        assert getattr(default, table).model_dump() == getattr(fairness, table).model_dump(), table
+    assert (default.run.rounds, default.run.evaluate_every) == (fairness.run.rounds, fairness.run.evaluate_every)
+    assert default.strategy.name == "term" and default.strategy.t in {1.0, 3.0, 10.0}
+    assert default.run.reference == "fedavg"
 
 
 def test_noisy_sensors_claims():
     s = load("noisy-sensors.toml")
-    assert s.data.name == "vehicle" and s.data.noise == "random_labels"
+    assert s.data.name == "vehicle" and s.data.noise == "flip_labels"
     assert s.data.num_noisy > 0 or s.data.noisy_devices
+    # chosen on the clean devices' validation split (their labels are not corrupted)
+    assert (s.selection.devices, s.selection.objective, s.selection.tail) == ("clean", "mean", 10)
     cs = cells("noisy-sensors.toml")
     variants = {(c.strategy.name, c.strategy.t if c.strategy.name == "term" else None, c.client.tau) for c in cs}
     assert ("fedavg", None, 0.0) in variants
     assert any(name == "term" and t < 0 and tau == 0 for name, t, tau in variants)  # device-level TERM
     assert any(name == "term" and t < 0 and tau < 0 for name, t, tau in variants)  # hierarchical TERM
     assert all(t < 0 for name, t, _ in variants if name == "term")
-    assert sorted({c.run.seed for c in cs}) == [0, 1, 2, 3, 4]
+    assert sorted({c.run.seed for c in cs}) == list(range(10))
 
 
 def test_noisy_devices_are_reproducible_from_the_seed():

@@ -14,11 +14,9 @@ import numpy as np
 import pytest
 
 from conftest import vehicle_path
-from term_fl.client_app import app as client_app
-from term_fl.client_app import dataset_for
 from term_fl.config import VEHICLE_DATA_ENV, load_scenario, with_overrides
-from term_fl.engines.inprocess import InProcessGrid
-from term_fl.federation import Recorder, run_federation
+from term_fl.engines import run_scenario
+from term_fl.federation import Recorder
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SCENARIOS = [None, *sorted(CONFIGS.glob("*.toml"))]
@@ -34,7 +32,7 @@ class Keep(Recorder):
 
 def run(scenario):
     keep = Keep()
-    result = run_federation(InProcessGrid(client_app, dataset_for(scenario).num_devices), scenario, keep)
+    result = run_scenario(scenario, keep)  # in-process, with the scenario's own executor
     return result, keep.records
 
 
@@ -45,8 +43,8 @@ def load(path):
         if data is None:
             pytest.skip(f"vehicle data not found (set {VEHICLE_DATA_ENV})")
         environ = {VEHICLE_DATA_ENV: str(data)}
-    # the scenario's own data, model and training; fewer rounds, evaluated every 10th
-    return load_scenario(path, {"run.rounds": 40, "run.evaluate_every": 10, "run.engine": "inprocess"},
+    # the scenario's own data, model, training and executor; 100 rounds, evaluated every 25th
+    return load_scenario(path, {"run.rounds": 100, "run.evaluate_every": 25, "run.engine": "inprocess"},
                          environ=environ)
 
 
@@ -56,10 +54,10 @@ def test_term_at_t_zero_is_fedavg_bit_for_bit(path):
     scenario = load(path)
     fedavg, fedavg_rounds = run(with_overrides(scenario, {"strategy.name": "fedavg"}))
     term, term_rounds = run(with_overrides(scenario, {"strategy.name": "term", "strategy.t": 0.0}))
-    assert term.rounds_completed == fedavg.rounds_completed == 40
+    assert term.rounds_completed == fedavg.rounds_completed == 100
     for key, array in fedavg.arrays.items():
         assert np.array_equal(term.arrays[key].numpy(), array.numpy()), key
     for a, b in zip(fedavg_rounds, term_rounds, strict=True):
         assert a.train_rows == b.train_rows  # same devices, same F_k, same weights n_k / sum n
         assert a.eval_rows == b.eval_rows  # same per-device losses and accuracies
-    assert [r.server_round for r in fedavg_rounds if r.eval_rows] == [10, 20, 30, 40]
+    assert [r.server_round for r in fedavg_rounds if r.eval_rows] == [25, 50, 75, 100]
