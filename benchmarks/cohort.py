@@ -46,7 +46,7 @@ from term_fl.federation import Recorder, RoundRecord, run_federation
 from term_fl.results import ResultsStore
 from term_fl.runs import RunRecorder, run_id_for
 
-from .common import BenchResult, Options, Row, fmt_s, median, verdict, vehicle_scenario
+from .common import ONE_RUN, BenchResult, Options, Row, fmt_s, median, verdict, vehicle_scenario
 from .timing_grid import TimingGrid
 from .vehicle_table import table_cells
 
@@ -129,7 +129,7 @@ def _vehicle(opts: Options, tmp: Path) -> dict[str, Any]:
 def _synthetic_scenario(opts: Options, model: str, per_round: int, device: str, executor: str) -> Scenario:
     size = SYNTHETIC[opts.size]
     return load_scenario(None, [
-        "sweep={}", "run.engine=inprocess", f"run.executor={executor}", "strategy.name=fedavg",
+        "sweep={}", *ONE_RUN, "run.engine=inprocess", f"run.executor={executor}", "strategy.name=fedavg",
         f"data.num_devices={size['devices']}", f"run.clients_per_round={per_round}", f"run.rounds={size['rounds']}",
         f"client.device={device}", *MODELS[model],
     ], environ={})

@@ -189,7 +189,7 @@ def run_local(nodes: int, rounds: int, work: Path, group: Path | None = None) ->
             args = _set(args, "--node-config", f"partition-id={pid} num-partitions={nodes}")
             start([str(BIN / args[0]), *args[1:], "--host", "127.0.0.1", "--port", str(_free_port())], f"node{pid}")
         overrides = (f"data.num_devices={nodes} run.clients_per_round={max(1, nodes // 2)} "
-                     f"run.node_timeout=300 run.rounds={rounds}")
+                     f"run.node_timeout=300 run.rounds={rounds} run.evaluate_every=1 run.executor=sequential")
         results = work / "results"
         cli = start(["sh", str(REPO / "deploy" / "submit.sh"), "flwr", "run", str(REPO), "local", "--stream",
                      "--run-config",

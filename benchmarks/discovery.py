@@ -38,7 +38,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from .common import REPO, BenchResult, Options, Row, fmt_s
+from .common import ONE_RUN, REPO, BenchResult, Options, Row, fmt_s
 
 NAME = "discovery"
 SIZES = {"small": 200, "full": 10_000}
@@ -132,7 +132,7 @@ def worker(num_nodes: int, device: str) -> dict[str, Any]:
 
     flower.run_federation = first_round_marks_the_end_of_discovery
     scenario = load_scenario(None, [
-        "sweep={}", "name=discovery", "data.name=synthetic", f"data.num_devices={num_nodes}", "data.max_samples=60",
+        "sweep={}", *ONE_RUN, "name=discovery", "data.name=synthetic", f"data.num_devices={num_nodes}", "data.max_samples=60",
         "model.name=logreg", "run.clients_per_round=10", "run.rounds=1", f"run.evaluate_fraction={10 / num_nodes}",
         "run.engine=flower", "run.node_timeout=3600", "run.round_timeout=3600", *Options(device=device).device_overrides,  # type: ignore[arg-type]
     ], environ={})

@@ -25,7 +25,7 @@ import time
 import traceback
 from typing import Any
 
-from .common import Options, quiet_environment
+from .common import ONE_RUN, Options, quiet_environment
 from .sampler import StackSampler
 from .timing_grid import Call, TimingGrid
 
@@ -46,7 +46,7 @@ def scale_scenario(num_clients: int, clients_per_round: int, rounds: int, evalua
     return load_scenario(
         None,
         [
-            "sweep={}", "name=scale", "data.name=synthetic", f"data.num_devices={num_clients}",
+            "sweep={}", *ONE_RUN, "name=scale", "data.name=synthetic", f"data.num_devices={num_clients}",
             "data.max_samples=60", "model.name=logreg", "strategy.name=term", "strategy.t=1.0",
             f"run.clients_per_round={clients_per_round}", f"run.rounds={rounds}",
             f"run.evaluate_fraction={evaluate_fraction}", "run.engine=flower",

@@ -137,8 +137,11 @@ def profiles(fairness_supernodes: int = DEFAULT_FAIRNESS_SUPERNODES) -> list[Pro
             node_prefix="fairness-supernode",
             num_supernodes=n,
             scenario="configs/fairness.toml",
-            # the synthetic federation must have exactly one device per SuperNode
-            overrides=f"data.num_devices={n} run.clients_per_round={max(1, n // 2)} run.node_timeout=300",
+            # the synthetic federation must have exactly one device per SuperNode; every round evaluated
+            # (the file evaluates every 10th of its 800 rounds) and the sequential executor (the file's
+            # cohort executor is the in-process engine's)
+            overrides=f"data.num_devices={n} run.clients_per_round={max(1, n // 2)} run.node_timeout=300 "
+                      "run.evaluate_every=1 run.executor=sequential",
             vehicle_data=False,
             default_rounds=10,
         ),
