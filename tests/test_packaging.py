@@ -236,7 +236,8 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
     assert "tilted weights of the last round" in example.stdout
 
     env = {**clean_env(), "RAY_USAGE_STATS_ENABLED": "0", "FLWR_TELEMETRY_ENABLED": "0"}
-    run = subprocess.run([str(exe.parent / "term-fl"), "run", "--engine", "inprocess", "--rounds", "2"],
+    run = subprocess.run([str(exe.parent / "term-fl"), "run", "--engine", "inprocess", "--rounds", "2",
+                          "--no-reference"],
                          cwd=work, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert run.returncode == 0, run.stdout + run.stderr
     (summary_path,) = (work / "runs").glob("*/summary.json")
