@@ -435,7 +435,7 @@ def test_synthetic_metadata_is_json_and_complete():
 # --------------------------------------------------------------------------- splits
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200)
 @given(
     n=st.integers(3, 3000),
     weights=st.tuples(*[st.floats(0.01, 1.0)] * 3),

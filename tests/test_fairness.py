@@ -243,7 +243,7 @@ def test_summary_is_plain_json():
 # --- fairness statistics: properties -----------------------------------------
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150)
 @given(accuracy_vectors)
 def test_summary_orderings_and_ranges(a):
     s = fairness_summary(a)
@@ -256,7 +256,7 @@ def test_summary_orderings_and_ranges(a):
     assert s["gini"] == pytest.approx(naive_gini(a), abs=1e-12)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50)), min_size=1, max_size=50))
 def test_pooled_mean_is_total_correct_over_total_examples(pairs):
     n = [max(x, y) for x, y in pairs]
@@ -357,7 +357,7 @@ def test_public_functions_agree_with_loss_risks():
 # --- loss risks: properties ---------------------------------------------------
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100)
 @given(loss_vectors(), alphas)
 def test_risk_orderings(losses, alpha):
     """VaR <= TiVaR <= EVaR and VaR <= CVaR <= EVaR, within [min, max]."""
@@ -366,7 +366,7 @@ def test_risk_orderings(losses, alpha):
     assert r["var"] <= r["cvar"] <= r["evar"]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(loss_vectors(max_size=60), alphas)
 def test_reported_t_attains_the_reported_risk(losses, alpha):
     """The minimisers are honest: the objective at the reported t is the risk."""
@@ -382,7 +382,7 @@ def test_reported_t_attains_the_reported_risk(losses, alpha):
             assert r["tivar"] == pytest.approx(reference, abs=tol, rel=1e-12)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(loss_vectors(), alphas)
 def test_cvar_is_the_minimum_over_the_data_points(losses, alpha):
     assert conditional_value_at_risk(losses, alpha) == pytest.approx(
@@ -390,7 +390,7 @@ def test_cvar_is_the_minimum_over_the_data_points(losses, alpha):
     )
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.data())
 def test_cvar_is_the_mean_of_the_top_alpha_fraction(data):
     size = data.draw(st.integers(2, 200))
@@ -401,7 +401,7 @@ def test_cvar_is_the_mean_of_the_top_alpha_fraction(data):
     assert conditional_value_at_risk(losses, tail / size) == pytest.approx(top.mean(), rel=1e-12)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(loss_vectors(max_size=30), alphas)
 def test_evar_is_below_a_brute_force_grid(losses, alpha):
     if max(losses) == min(losses):
@@ -412,7 +412,7 @@ def test_evar_is_below_a_brute_force_grid(losses, alpha):
     assert evar == pytest.approx(grid, rel=1e-5, abs=1e-5 * (max(losses) - min(losses)))
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=10)
 @given(loss_vectors(max_size=10), alphas)
 def test_tivar_is_below_a_brute_force_grid(losses, alpha):
     if max(losses) == min(losses):
@@ -421,7 +421,7 @@ def test_tivar_is_below_a_brute_force_grid(losses, alpha):
     assert tivar <= brute_force_tivar(losses, alpha, points=57) + risk_tolerance(losses)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=20)
 @given(
     st.lists(st.integers(0, 2**30), min_size=1, max_size=50),
     alphas,

@@ -57,14 +57,14 @@ def test_tilted_mean_at_tau_zero_is_exactly_the_mean():
     assert torch.equal(tilted_mean(losses, 0.0), losses.mean())
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(losses_strategy, st.sampled_from([-3.0, -0.5, 0.01, 0.7, 2.0]))
 def test_tilted_mean_equals_the_naive_formula(values, tau):
     result = tilted_mean(torch.tensor(values, dtype=torch.float64), tau).item()
     assert result == pytest.approx(_naive_tilted(values, tau), rel=1e-9, abs=1e-9)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(losses_strategy, st.floats(-20.0, 20.0), st.floats(-20.0, 20.0))
 def test_tilted_mean_lies_between_min_and_max_and_is_non_decreasing_in_tau(values, t1, t2):
     losses = torch.tensor(values, dtype=torch.float64)
@@ -88,7 +88,7 @@ def test_tilted_mean_stays_finite_for_tau_200_and_losses_in_the_thousands():
     assert tilted_mean(losses, -200.0).item() == pytest.approx(1000.0 + math.log(3) / 200, rel=1e-6)
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=50)
 @given(losses_strategy, st.floats(-1e-6, 1e-6))
 def test_tilted_mean_near_tau_zero_is_mean_plus_half_tau_variance_even_in_float32(values, tau):
     """R(tau) = mean + tau var / 2 + O(tau^2) near 0, with no cancellation: the plain
