@@ -164,13 +164,18 @@ class RoundProgress:
     discovery); then round k of N, elapsed and remaining time, and the test
     split's device mean and worst 10% in the last round. On a terminal it
     redraws in place; elsewhere (a pipe, a log file) it prints its state as a
-    line after the first round, at every tenth of the rounds, and at a failed round.
+    line after the first round, at every ``steps``-th part of the rounds (every
+    tenth by default; a sweep of many runs asks for 1: the first and the last
+    round), and at a failed round.
     """
 
     STEPS = 10
 
-    def __init__(self, console: Console, rounds: int, label: str = "") -> None:
+    def __init__(self, console: Console, rounds: int, label: str = "", steps: int = STEPS) -> None:
+        if steps < 1:
+            raise ValueError(f"steps = {steps}; allowed: an integer >= 1")
         self.console = console
+        self.steps = steps
         self.label = f"{label} " if label else ""
         columns: list[str | ProgressColumn] = [
             SpinnerColumn(finished_text="[green]done[/]"),
@@ -202,7 +207,7 @@ class RoundProgress:
             description=f"{self.label}round {record.server_round}/{rounds}",
             stats=_round_stats(record),
         )
-        step = record.server_round * self.STEPS // rounds
+        step = record.server_round * self.steps // rounds
         if not self._live and (step > self._step or record.server_round == 1 or record.status != "ok"):
             self._step = step
             self.console.print(self._line(), soft_wrap=True)

@@ -32,7 +32,7 @@ from term_fl.comparison import CLEAN, TAIL, group_cells, select_by_validation, s
 from term_fl.comparison_cells import format_value, short_names
 from term_fl.config import Scenario, baseline_hash, config_hash, sweep_cells, with_overrides
 from term_fl.convergence import FLAT, tail_means
-from term_fl.console import RoundPrinter, make_console
+from term_fl.console import RoundProgress, make_console
 from term_fl.engines import engine_session
 from term_fl.fairness import STATISTICS, fairness_summary, statistic
 from term_fl.keys import SUMMARY_NAMES, VAL
@@ -166,7 +166,9 @@ def run_sweep(
             if earlier is not None:
                 console.print(f"{label}: an unfinished earlier attempt was moved to {earlier}")
             try:
-                recorder = run_one(cell, store, out_dir=cell_dir, on_round=_every_tenth(RoundPrinter(console, label)))
+                # one bar per cell on a terminal; off it, a line after the first and the last round
+                with RoundProgress(console, cell.run.rounds, label, steps=1) as progress:
+                    recorder = run_one(cell, store, out_dir=cell_dir, on_round=progress)
             except Exception as exc:  # one failing cell does not lose the others
                 failed += 1
                 console.print(f"{label}: [bold red]failed[/]: {type(exc).__name__}: {exc}")
@@ -236,14 +238,6 @@ def convergence_lines(rows: list[dict[str, Any]]) -> list[str]:
             + f" over the last fifth of the rounds (mean over {row['n']} seeds; {verdict}, threshold ±{FLAT})"
         )
     return lines
-
-
-def _every_tenth(printer: RoundPrinter):
-    def on_round(record, rounds):
-        if record.server_round == rounds or record.server_round % 10 == 0 or record.status != "ok":
-            printer(record, rounds)
-
-    return on_round
 
 
 def write_comparison(out_dir: Path, rows: list[dict[str, Any]], chosen: dict[str, Any], wall_s: float) -> None:

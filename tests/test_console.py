@@ -8,6 +8,7 @@ import re
 
 import pytest
 from rich.console import Console
+from rich.markup import escape
 
 from conftest import small_scenario
 from term_fl.console import RoundProgress, route_logs, run_header, strategy_words
@@ -59,6 +60,23 @@ def test_off_a_terminal_progress_is_a_line_after_round_1_each_tenth_of_the_round
     assert lines[1].startswith("round 10/100  10%  ") and "left" in lines[1]
     assert lines[-1].startswith("round 100/100  100%  ") and "left" not in lines[-1]
     assert "device mean 0.5000  worst 10% 0.2500" in lines[-1]
+
+
+def test_with_one_step_off_a_terminal_progress_is_the_first_and_last_round_and_failed_rounds():
+    console, out = text_console(terminal=False)
+    with RoundProgress(console, 50, label=escape("[cell 2/9] term t=3 seed=1"), steps=1) as progress:
+        for k in range(1, 51):
+            progress(record(k, status="failed" if k == 7 else "ok"), 50)
+    lines = out.getvalue().splitlines()
+    assert [line.split()[6] for line in lines] == ["1/50", "7/50", "50/50"]
+    assert all(line.startswith("[cell 2/9] term t=3 seed=1 round ") for line in lines)
+
+
+@pytest.mark.parametrize("steps", [0, -1])
+def test_progress_steps_below_one_are_refused(steps):
+    console, _ = text_console()
+    with pytest.raises(ValueError, match=f"steps = {steps}; allowed: an integer >= 1"):
+        RoundProgress(console, 10, steps=steps)
 
 
 def frames(terminal_output: str) -> list[str]:
