@@ -187,11 +187,20 @@ def curve(rounds: Sequence[int], n: Sequence[int], total: Sequence[float], total
         se = np.sqrt(variance / count)
     finite_se = np.isfinite(se) & (count >= 2)
     return {
-        "round": [int(r) for r, k in zip(rounds, keep.tolist(), strict=True) if k],
-        "mean": [v if f else None for v, f in zip(mean.tolist(), np.isfinite(mean).tolist(), strict=True)],
-        "se": [v if f else None for v, f in zip(se.tolist(), finite_se.tolist(), strict=True)],
+        "round": np.asarray(rounds, dtype=np.int64)[keep].tolist(),
+        "mean": _none_where_not(mean, np.isfinite(mean)),
+        "se": _none_where_not(se, finite_se),
         "n": count.astype(np.int64).tolist(),
     }
+
+
+def _none_where_not(values: np.ndarray, keep: np.ndarray) -> list[float | None]:
+    """``values`` as a list of floats, None where ``keep`` is False."""
+    out = values.tolist()
+    if not keep.all():
+        for i in np.flatnonzero(~keep).tolist():
+            out[i] = None
+    return out
 
 
 def ahead_from(

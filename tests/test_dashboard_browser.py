@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -27,8 +28,9 @@ from test_dashboard import RUNS, SCENARIO, XSS, build_store
 from test_dashboard_compare import CELLS, SEEDS, record
 from test_dashboard_compare import SCENARIO as SWEEP
 
+import term_fl.dashboard.report as report_module
 import term_fl.results.schema as results_module
-from term_fl.dashboard import create_app, write_report
+from term_fl.dashboard import compare_view, create_app, write_report
 from term_fl.fairness import GROUPS
 from term_fl.results import ResultsStore
 
@@ -299,6 +301,8 @@ def test_csv_links_download_what_the_api_serves(page, server, downloads):
     assert cells == api(f"/api/compare.csv?scenario={SWEEP}&table=cells")
     assert [r["cell"] for r in csv.DictReader(io.StringIO(cells))] == ["fedavg", "qffl q=1", "qffl q=5", "term t=1",
                                                                       "term t=5"]  # fmt: skip
+    page.find_element(By.CSS_SELECTOR, 'a[data-csv="curves"]').click()
+    assert wait_for_download(downloads, "compare-curves.csv") == api(f"/api/compare.csv?scenario={SWEEP}&table=curves")
     page.get(f"{server.url}/runs/term-1-s1")
     wait_for_charts(page, ["chart-devices"])
     page.find_element(By.CSS_SELECTOR, 'a[data-csv="devices"]').click()
@@ -376,7 +380,35 @@ def test_reports_open_from_disk_with_no_server(page, db, tmp_path, downloads):
     page.find_element(By.CSS_SELECTOR, 'a[data-csv="cells"]').click()
     text = wait_for_download(downloads, "compare-cells.csv")
     assert text == report_csv(scenario_report, "cells")
+    # the curves' CSV is built in the page from the inlined curves: the server's table, row for row
+    link = page.find_element(By.CSS_SELECTOR, 'a[data-csv="curves"]')
+    assert link.text == "per-round curves (CSV)" and not page.find_element(By.ID, "curves-status").is_displayed()
+    link.click()
+    with ResultsStore.open_readonly(db) as store:
+        expected = compare_view.compare_csv(store, "curves", scenario=SWEEP)
+    assert same_csv(wait_for_download(downloads, "compare-curves.csv"), expected)
     screenshot(page, "report-comparison")
+    # a report holds at most REPORT_CURVE_POINTS rounds per cell, and says so where it thins
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_module, "REPORT_CURVE_POINTS", 3)
+        thinned_report = write_report(db, SWEEP, tmp_path / "thinned.html")
+    page.get(thinned_report.as_uri())
+    wait_for_charts(page, COMPARE_CHARTS)
+    assert "show 3 of them" in page.find_element(By.ID, "curves-status").text
+    link = page.find_element(By.CSS_SELECTOR, 'a[data-csv="curves"]')
+    assert link.text == "per-round curves (CSV, at most 3 rounds per cell)"
+    link.click()
+    rows = list(csv.DictReader(io.StringIO(wait_for_download(downloads, "compare-curves.csv"))))
+    assert {r["round"] for r in rows} == {"1", "3", "4"}
+
+
+def same_csv(got: str, expected: str) -> bool:
+    """The same table: equal text fields, and numbers equal as numbers (JavaScript writes 1.0 as 1)."""
+    def parse(text: str) -> list[list[Any]]:
+        return [[float(v) if v and v[0] in "-0123456789" else v for v in row] for row in csv.reader(io.StringIO(text))]
+
+    assert got.endswith("\r\n") and got.count("\r\n") == expected.count("\r\n") > 1
+    return parse(got) == parse(expected)
 
 
 def report_csv(path: Path, table: str) -> str:

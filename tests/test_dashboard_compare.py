@@ -143,26 +143,111 @@ def test_paired_differences_against_fedavg_over_common_seeds(client, sweep):
     assert fedavg["vs_reference"] is None
 
 
+def curves_of(client: TestClient, query: str) -> dict[str, dict[str, Any]]:
+    """The per-round curves of a comparison (GET /api/compare/curves?QUERY), by cell label."""
+    response = client.get(f"/api/compare/curves?{query}")
+    assert response.status_code == 200, response.text
+    return {c["label"]: c for c in response.json()["cells"]}
+
+
 def test_curves_are_the_mean_and_standard_error_over_seeds_per_round(client, sweep):
-    data = client.get(f"/api/compare?scenario={SCENARIO}").json()
-    qffl = next(c for c in data["cells"] if c["label"] == "qffl q=5")
-    for key in ("mean", "pooled_mean", "worst_10", "std", "cvar"):
-        curve = qffl["curves"]["val"][key]
-        assert curve["round"] == list(range(1, ROUNDS + 1))
-        for i, r in enumerate(curve["round"]):
-            values = [sweep[1][f"qffl-5-s{s}"]["rounds"][r]["stats"]["val"][key] for s in SEEDS]
-            assert curve["mean"][i] == pytest.approx(statistics.fmean(values), abs=1e-12)
-            assert curve["se"][i] == pytest.approx(se(values), abs=1e-12)
-            assert curve["n"][i] == 3
+    cells = curves_of(client, f"scenario={SCENARIO}")
+    answer = client.get(f"/api/compare?scenario={SCENARIO}").json()
+    assert {c["label"]: c["key"] for c in cells.values()} == {c["label"]: c["key"] for c in answer["cells"]}
+    for label, run_ids in (("qffl q=5", [f"qffl-5-s{s}" for s in SEEDS]),
+                           ("term t=5", next(c["run_ids"] for c in answer["cells"] if c["label"] == "term t=5"))):  # fmt: skip
+        cell = cells[label]
+        assert not cell["thinned"]
+        for split in ("val", "test"):
+            for key in ("mean", "pooled_mean", "worst_10", "std", "cvar", "var", "tivar"):  # evar: NaN, no round
+                curve = cell["curves"][split][key]
+                assert curve["round"] == list(range(1, ROUNDS + 1))
+                for i, r in enumerate(curve["round"]):  # the counted runs only (term t=5: seed 0 ran twice)
+                    values = [sweep[1][run_id]["rounds"][r]["stats"][split][key] for run_id in run_ids]
+                    assert curve["mean"][i] == pytest.approx(statistics.fmean(values), abs=1e-12)
+                    assert curve["se"][i] == pytest.approx(se(values), abs=1e-12)
+                    assert curve["n"][i] == 3
 
 
-def test_ahead_from_is_the_round_from_which_worst_10_stays_above_fedavg(client):
+def leaves(value: Any) -> int:
+    """How many numbers, strings and nulls a JSON value holds (its size, whatever the digits of its numbers)."""
+    if isinstance(value, dict):
+        return sum(leaves(v) for v in value.values())
+    if isinstance(value, list):
+        return sum(leaves(v) for v in value)
+    return 1
+
+
+def test_the_comparison_answer_and_page_do_not_grow_with_the_runs_rounds(tmp_path):
+    """Only the curves' answer grows with the rounds: what the page paints first does not."""
+    answers, curves, pages = {}, {}, {}
+    for rounds in (3, 40):
+        path = tmp_path / f"r{rounds}.db"
+        with ResultsStore(path) as store:
+            for strategy, params, spread in CELLS[:2]:
+                for seed in (0, 1):
+                    record(store, f"{strategy}-s{seed}", strategy, params, seed, spread, rounds=rounds)
+        with TestClient(create_app(path)) as client:
+            answers[rounds] = client.get(f"/api/compare?scenario={SCENARIO}").json()
+            curves[rounds] = client.get(f"/api/compare/curves?scenario={SCENARIO}").json()
+            pages[rounds] = client.get(f"/compare?scenario={SCENARIO}").text
+    assert [c["rounds"] for c in answers[40]["cells"]] == [40, 40]
+    assert leaves(answers[40]) == leaves(answers[3])
+    assert len(pages[40]) < 1.02 * len(pages[3])  # the page inlines the answer: the same numbers, other digits
+    assert "/api/compare/curves" not in pages[3] and '"curves": {"test"' not in pages[40]
+    assert leaves(curves[40]) > 10 * leaves(curves[3])  # every round: 2 cells x 2 splits x 8 statistics x 4 lists
+
+
+def test_curves_thinned_to_max_points_keep_the_first_and_last_round_evenly_spaced(tmp_path):
+    from term_fl.dashboard import compare_view
+
+    path = tmp_path / "long.db"
+    with ResultsStore(path) as store:
+        for seed in (0, 1):
+            record(store, f"long-s{seed}", "fedavg", {}, seed, 1.0, rounds=130)
+            record(store, f"short-s{seed}", "term", {"t": 1.0}, seed, 0.5, rounds=30)
+        full = {c["label"].split()[0]: c for c in compare_view.compare_curves(store, scenario=SCENARIO)["cells"]}
+        thinned = compare_view.compare_curves(store, scenario=SCENARIO, max_points=50)
+        with pytest.raises(compare_view.BadQuery, match="max_points must be at least 2"):
+            compare_view.compare_curves(store, scenario=SCENARIO, max_points=1)
+    cells = {c["label"].split()[0]: c for c in thinned["cells"]}  # "fedavg rounds=130", "term t=1 rounds=30"
+    assert thinned["max_points"] == 50
+    long, short = cells["fedavg"], cells["term"]
+    assert long["thinned"] and long["evaluated_rounds"] == 130
+    assert not short["thinned"] and short["curves"] == full["term"]["curves"]  # 30 rounds: every one
+    for split in ("test", "val"):
+        for key, curve in long["curves"][split].items():
+            if key == "evar":  # NaN in every round (naive_stats): no round has a value
+                continue
+            rounds = curve["round"]
+            assert len(rounds) == 50 and rounds[0] == 1 and rounds[-1] == 130
+            assert {b - a for a, b in zip(rounds, rounds[1:], strict=False)} <= {2, 3}  # evenly spaced: 129/49 = 2.6
+            every = full["fedavg"]["curves"][split][key]  # the thinned curve is the full one at those rounds
+            at = {r: i for i, r in enumerate(every["round"])}
+            for field in ("mean", "se", "n"):
+                assert curve[field] == [every[field][at[r]] for r in rounds], (split, key, field)
+
+
+def test_curves_endpoint_refuses_a_bad_max_points(client):
+    response = client.get(f"/api/compare/curves?scenario={SCENARIO}&max_points=1")
+    assert response.status_code == 422 and "max_points" in response.text
+    assert client.get("/api/compare/curves?scenario=nope").status_code == 404
+
+
+def test_ahead_from_is_the_round_from_which_worst_10_stays_above_fedavg(client, sweep):
     data = client.get(f"/api/compare?scenario={SCENARIO}").json()
     fedavg = next(c for c in data["cells"] if c["strategy"] == "fedavg")
+
+    def worst_10_means(cell: dict[str, Any]) -> list[float]:  # from what was written, not from the curves' answer
+        return [statistics.fmean(sweep[1][run_id]["rounds"][r]["stats"]["test"]["worst_10"] for run_id in cell["run_ids"])
+                for r in range(1, ROUNDS + 1)]  # fmt: skip
+
+    ref = worst_10_means(fedavg)
+    checked = 0
     for cell in data["cells"]:
         if cell is fedavg:
             continue
-        mine, ref = cell["curves"]["test"]["worst_10"]["mean"], fedavg["curves"]["test"]["worst_10"]["mean"]
+        mine = worst_10_means(cell)
         expected = None
         for r in range(ROUNDS, 0, -1):
             if mine[r - 1] > ref[r - 1]:
@@ -170,6 +255,8 @@ def test_ahead_from_is_the_round_from_which_worst_10_stays_above_fedavg(client):
             else:
                 break
         assert cell["ahead_from"]["test"] == expected
+        checked += expected is not None
+    assert checked  # some cell is ahead from some round: the test can tell a wrong round from None
 
 
 def test_ecdf_holds_the_final_device_accuracies_of_every_counted_seed(client, sweep):
@@ -257,6 +344,13 @@ def test_compare_curves_and_runs_csv(client):
     curves = read_csv(client.get(f"/api/compare.csv?scenario={SCENARIO}&table=curves").text)
     assert {r["statistic"] for r in curves} >= {"mean", "pooled_mean", "worst_10", "std", "cvar"}
     assert len([r for r in curves if r["cell"] == "fedavg" and r["split"] == "test" and r["statistic"] == "std"]) == ROUNDS
+    answer = curves_of(client, f"scenario={SCENARIO}")  # the CSV holds the curves' answer, row for row
+    expected = [(label, split, key, str(r), curve["mean"][i], curve["se"][i], str(curve["n"][i]))
+                for label, cell in answer.items() for split, by_key in cell["curves"].items()
+                for key, curve in by_key.items() for i, r in enumerate(curve["round"])]  # fmt: skip
+    got = [(r["cell"], r["split"], r["statistic"], r["round"], float(r["mean"]), float(r["se"]) if r["se"] else None,
+            r["n_seeds"]) for r in curves]  # fmt: skip
+    assert got == expected
     runs = read_csv(client.get(f"/api/compare.csv?scenario={SCENARIO}&table=runs").text)
     assert len(runs) == len(SEEDS) * len(CELLS) + 1
     assert {r["counted"] for r in runs} == {"True", "False"}
@@ -365,10 +459,25 @@ def test_scenario_report_carries_the_comparison_and_its_csv(sweep, client, tmp_p
     html = write_report(sweep[0], SCENARIO, tmp_path / "r.html").read_text()
     data = report_data(html)
     assert data["compare"] == client.get(f"/api/compare?scenario={SCENARIO}").json()
-    for table in ("cells", "curves", "runs"):
+    assert data["curves"] == client.get(f"/api/compare/curves?scenario={SCENARIO}&max_points=100").json()
+    assert data["curves"]["cells"] == client.get(f"/api/compare/curves?scenario={SCENARIO}").json()["cells"]
+    for table in ("cells", "runs"):  # the curves' CSV is built from data["curves"] in the browser
         assert data["csv"][table] == client.get(f"/api/compare.csv?scenario={SCENARIO}&table={table}").text
     for chart in ("chart-tradeoff-0", "chart-tradeoff-1", "chart-ecdf", "curves", "sweeps"):
         assert f'id="{chart}"' in html
+
+
+def test_a_scenario_report_thins_long_curves_to_its_bound(sweep, client, tmp_path, monkeypatch):
+    from test_dashboard import report_data
+
+    from term_fl.dashboard import report
+
+    monkeypatch.setattr(report, "REPORT_CURVE_POINTS", 3)
+    data = report_data(write_report(sweep[0], SCENARIO, tmp_path / "r.html").read_text())
+    assert data["curves"] == client.get(f"/api/compare/curves?scenario={SCENARIO}&max_points=3").json()
+    cell = data["curves"]["cells"][0]
+    assert cell["thinned"] and cell["evaluated_rounds"] == ROUNDS
+    assert cell["curves"]["test"]["worst_10"]["round"] == [1, 3, 4]
 
 
 def test_run_report_carries_every_device_history_and_the_csv(sweep, client, tmp_path):
@@ -407,12 +516,13 @@ def test_a_damaged_final_round_is_flagged_and_the_comparison_still_answers(tmp_p
         conn.execute(f"UPDATE round_stats SET stats_json = 'oops' WHERE run_id = 'f1' AND round = {ROUNDS} AND split = 'test'")
     with TestClient(create_app(path)) as client:
         response = client.get("/api/compare?run=f0&run=f1")
+        curves = curves_of(client, "run=f0&run=f1")
     assert response.status_code == 200
     data = response.json()
     assert {r["run_id"]: r["damaged"] for r in data["runs"]} == {"f0": [], "f1": ["stats_json"]}
     worst = data["cells"][0]["stats"]["test"]["worst_10"]
     assert worst["n"] == 1 and worst["mean"] == pytest.approx(written[0]["rounds"][ROUNDS]["stats"]["test"]["worst_10"])
-    assert data["cells"][0]["curves"]["test"]["worst_10"]["n"] == [2] * ROUNDS  # the columns are intact
+    assert curves["fedavg"]["curves"]["test"]["worst_10"]["n"] == [2] * ROUNDS  # the columns are intact
 
 
 def test_rounds_without_evaluation_are_gaps_not_zeros(tmp_path):
@@ -434,9 +544,10 @@ def test_rounds_without_evaluation_are_gaps_not_zeros(tmp_path):
         store.finish_run("every2")
     with TestClient(create_app(path)) as client:
         data = client.get("/api/compare?run=every2").json()
+        curves = curves_of(client, "run=every2")
         devices = client.get("/api/runs/every2/devices").json()
         rows = read_csv(client.get("/api/runs/every2/devices.csv").text)
-    curve = data["cells"][0]["curves"]["test"]["worst_10"]
+    curve = curves["fedavg"]["curves"]["test"]["worst_10"]
     assert curve["round"] == [2, 4] and None not in curve["mean"]
     assert data["runs"][0]["final"]["test"]["round"] == 4
     assert devices["round"] == 4 and devices["rounds"] == [2, 4]

@@ -195,15 +195,31 @@ def _api_router() -> APIRouter:
         included devices, exclusions)."""
         return queries.run_detail(store, run_id)
 
-    @api.get("/compare", summary="Compare runs: cells, mean ± standard error over seeds, curves, trade-off")
+    @api.get("/compare", summary="Compare runs: cells, mean ± standard error over seeds, trade-off, ECDF")
     def compare(store: Store, which: Compared) -> Response:
         """Runs grouped into cells by `config_hash` (same settings, other seeds; a repeated seed
         counts once). Per cell and split: mean, standard error (sample std / sqrt(n); null for one
         seed) and n of every final statistic, paired differences against the FedAvg cell of the same
-        settings, per-round curves (mean, se, n), the ECDF of the final device accuracies, and the
-        cell chosen on validation; `notices` say what differs and what was left out."""
+        settings and the round from which worst 10% stays ahead of it (`ahead_from`), the ECDF of the
+        final device accuracies, and the cell chosen on validation; `notices` say what differs and
+        what was left out. Its size does not grow with the runs' rounds: the per-round curves are
+        `/api/compare/curves`."""
         # already plain JSON values (term_fl.jsonable.plain): sent as they are, without FastAPI's encoder pass
         return JSONResponse(compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"]))
+
+    @api.get("/compare/curves", summary="Per-round curves of the compared cells: mean ± standard error over seeds")
+    def compare_curves(
+        store: Store,
+        which: Compared,
+        max_points: Annotated[
+            int | None, Query(ge=2, description="At most this many rounds per cell, evenly spaced, first and last kept")
+        ] = None,
+    ) -> Response:
+        """Per cell (`key` and `label` as in `/api/compare`), split and statistic: `round`, `mean`, `se`
+        and `n` (seeds averaged) of every evaluated round, or of at most `max_points` of them
+        (`thinned: true`, `evaluated_rounds` the count in all)."""
+        return JSONResponse(compare_view.compare_curves(store, run_ids=which["run_ids"], scenario=which["scenario"],
+                                                        max_points=max_points))  # fmt: skip
 
     @api.get("/compare.csv", summary="A table of the comparison as CSV", response_class=Response)
     def compare_csv(
@@ -211,10 +227,10 @@ def _api_router() -> APIRouter:
         which: Compared,
         table: Annotated[Literal["cells", "curves", "runs"], Query(description="Which table")] = "cells",
     ) -> Response:
-        """`cells`: one row per cell; `curves`: per cell, split, statistic and round (long format);
-        `runs`: the compared runs with their final statistics."""
-        data = compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"])
-        return csv_response(compare_view.compare_csv(data, table), f"compare-{table}.csv")
+        """`cells`: one row per cell; `curves`: per cell, split, statistic and every evaluated round
+        (long format); `runs`: the compared runs with their final statistics."""
+        text = compare_view.compare_csv(store, table, run_ids=which["run_ids"], scenario=which["scenario"])
+        return csv_response(text, f"compare-{table}.csv")
 
     return api
 

@@ -1,10 +1,15 @@
 """The comparison view: runs grouped into cells, read from the store, as plain JSON values.
 
-One function, :func:`compare`, answers the dashboard's comparison page, its
-JSON API and the static report of a scenario. What it reads does not grow
-with the store's history: the runs asked for, the last round of statistics
-of each (one indexed lookup), the per-round curves of only the statistics
-drawn, and the device rows of only the last evaluated round.
+:func:`compare` answers what the comparison page paints first (the table,
+the trade-off, the sweeps, the ECDF; the dashboard's page and JSON API and
+the static report of a scenario); :func:`compare_curves` the per-round
+curves, which the page fetches after that. What :func:`compare` reads does
+not grow with the store's history, and but for one statistic's per-round
+means (``ahead_from``) not with the runs' rounds either: the runs asked
+for, the last round of statistics of each (one indexed lookup) and the
+device rows of only the last evaluated round. The curves are summed per
+round by SQLite, only for the statistics drawn; a report asks for at most
+a bounded number of rounds per cell (``max_points``).
 
 The rules for cells (one run per seed, labels by what differs, nothing
 pooled silently) are :mod:`term_fl.comparison_cells`'.
@@ -13,7 +18,9 @@ pooled silently) are :mod:`term_fl.comparison_cells`'.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
+
+import numpy as np
 
 from term_fl import comparison_cells as cc
 from term_fl.comparison import select_by_validation
@@ -41,7 +48,57 @@ from term_fl.strategies.registry import cell_label, strategy_order
 
 
 def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario: str | None = None) -> dict[str, Any]:
-    """Cells of the given runs (any status) or of a scenario's finished runs, with everything the page draws."""
+    """Cells of the given runs (any status) or of a scenario's finished runs, with what the page paints first.
+
+    Everything but the per-round curves (:func:`compare_curves`): the size of
+    the answer and the time it takes do not grow with the runs' rounds, but
+    for one statistic (the lift, worst 10%) summed per round by SQLite, which
+    ``ahead_from`` needs.
+    """
+    return _answer(store, _group(store, run_ids, scenario))
+
+
+def compare_curves(
+    store: ResultsStore,
+    run_ids: Sequence[str] | None = None,
+    scenario: str | None = None,
+    *,
+    max_points: int | None = None,
+) -> dict[str, Any]:
+    """The per-round curves of the cells of :func:`compare` (same arguments): per cell, split and statistic
+    the mean ± standard error over the cell's seeds in every evaluated round.
+
+    ``max_points``: at most this many rounds per cell, evenly spaced over the
+    evaluated rounds, the first and the last always among them (for a static
+    report: its size and cost then stay bounded however long the runs are);
+    a thinned cell says ``thinned: true`` and how many rounds it has in all.
+    """
+    return _curves_answer(store, _group(store, run_ids, scenario), max_points)
+
+
+def compare_with_curves(
+    store: ResultsStore, scenario: str, *, max_points: int | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`compare` and :func:`compare_curves` of a scenario, its runs read once (the static report)."""
+    grouped = _group(store, None, scenario)
+    curves = _curves_answer(store, grouped, max_points)
+    lift = TRADEOFF["y"][0]
+    known = {c["key"]: {split: {lift: by_key[lift]} for split, by_key in c["curves"].items()}
+             for c in curves["cells"] if not c["thinned"]}  # fmt: skip
+    return _answer(store, grouped, known), curves
+
+
+class _Grouped(NamedTuple):
+    title: str
+    scenario: str | None
+    infos: list[RunInfo]
+    rows: dict[str, dict[str, Any]]
+    cells: list[dict[str, Any]]
+    varying: list[str]
+
+
+def _group(store: ResultsStore, run_ids: Sequence[str] | None, scenario: str | None) -> _Grouped:
+    """The runs asked for, their last round's statistics, and the cells they form (labelled by what differs)."""
     if run_ids:
         infos = [store.get_run(run_id) for run_id in dict.fromkeys(run_ids)]
         title = f"{len(infos)} runs"
@@ -55,26 +112,35 @@ def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario:
     final = store.final_stats(info.run_id for info in infos)
     rows = {info.run_id: run_row(info, final.get(info.run_id, {})) for info in infos}
     cells = _cells(infos, rows)
-    curve_keys = sorted({k for panel in CURVE_PANELS for k in panel.get("choices", [panel["key"]])})
-    for cell in cells:
-        members = [rows[r] for r in cell["run_ids"]]
-        _summarise(cell, members)
-        _curves(store, cell, curve_keys)
-        _final_devices(store, cell, members)
-    reference = _add_references(cells)
-    _mark_chosen(cells, infos)
     labels, varying = cc.cell_labels([c["label"] for c in cells], [c["settings"] for c in cells],
                                      strategies=[c["strategy"] for c in cells])  # fmt: skip
     for cell, label in zip(cells, labels, strict=True):
         cell["label"] = label
-    for run_id, row in rows.items():
-        cell = next(c for c in cells if run_id in c["all_run_ids"])
-        row["cell"], row["counted"] = cell["label"], run_id in cell["run_ids"]
+    return _Grouped(title, None if run_ids else scenario, infos, rows, cells, varying)
+
+
+def _answer(
+    store: ResultsStore, grouped: _Grouped, lift_curves: dict[str, dict[str, dict[str, Any]]] | None = None
+) -> dict[str, Any]:
+    """The first-paint answer: the cells' final statistics, differences, choices, ECDFs and notices
+    (``lift_curves``: the lift statistic's per-round curves of some cells, if already read)."""
+    title, infos, rows, varying = grouped.title, grouped.infos, grouped.rows, grouped.varying
+    cells = [dict(c) for c in grouped.cells]  # the curves' answer reads the same cells: left as they are
+    for cell in cells:
+        members = [rows[r] for r in cell["run_ids"]]
+        _summarise(cell, members)
+        _final_devices(store, cell, members)
+    reference = _add_references(store, cells, dict(lift_curves or {}))
+    _mark_chosen(cells, infos)
+    runs = [dict(row) for row in rows.values()]
+    for row in runs:
+        cell = next(c for c in cells if row["run_id"] in c["all_run_ids"])
+        row["cell"], row["counted"] = cell["label"], row["run_id"] in cell["run_ids"]
     reference_cell = next((c for c in cells if c["key"] == reference), None)
-    answer = plain(
+    return plain(
         {
             "title": title,
-            "scenario": scenario,
+            "scenario": grouped.scenario,
             "statistics": statistics(),
             "strategies": STRATEGIES,
             "splits": [{"key": s, "label": label} for s, label in SPLIT_LABELS.items()],
@@ -86,15 +152,43 @@ def compare(store: ResultsStore, run_ids: Sequence[str] | None = None, scenario:
             "reference": reference,
             "reference_label": reference_cell["label"] if reference_cell else None,
             "varying": varying,
-            "notices": _notices(cells, varying, list(rows.values())),
+            "notices": _notices(cells, varying, runs),
             "sweeps": _sweeps(cells),
-            "cells": [{k: v for k, v in c.items() if k not in ("settings", "curves")} for c in cells],
-            "runs": list(rows.values()),
+            "cells": [{k: v for k, v in c.items() if k != "settings"} for c in cells],
+            "runs": runs,
         }
     )
-    for cell, out in zip(cells, answer["cells"], strict=True):
-        out["curves"] = cell["curves"]  # plain lists already (comparison_cells.curve): spared plain's walk
-    return answer
+
+
+def _curves_answer(store: ResultsStore, grouped: _Grouped, max_points: int | None) -> dict[str, Any]:
+    """Per cell (key and label, as in the answer of :func:`compare`), its per-round curves."""
+    if max_points is not None and max_points < 2:
+        raise BadQuery(f"max_points must be at least 2 (the first and the last round), got {max_points}")
+    keys = sorted({k for panel in CURVE_PANELS for k in panel.get("choices", [panel["key"]])})
+    cells = []
+    for cell in grouped.cells:
+        rounds = None
+        total = None
+        longest = max((max(grouped.rows[r]["rounds_completed"], grouped.rows[r]["rounds_planned"])
+                       for r in cell["run_ids"]), default=0)  # fmt: skip
+        if max_points is not None and longest > max_points:  # more rounds than points: which were evaluated?
+            evaluated = store.stats_rounds(cell["run_ids"])
+            total = len(evaluated)
+            if total > max_points:
+                rounds = thin(evaluated, max_points)
+        cells.append({
+            "key": cell["key"], "label": cell["label"], "thinned": rounds is not None,
+            "evaluated_rounds": total, "curves": _curves(store, cell["run_ids"], keys, rounds),
+        })  # fmt: skip
+    return {"max_points": max_points, "statistics": keys, "cells": cells}
+
+
+def thin(rounds: Sequence[int], max_points: int) -> list[int]:
+    """At most ``max_points`` of ``rounds`` (sorted), evenly spaced by position, the first and the last kept."""
+    if len(rounds) <= max_points:
+        return list(rounds)
+    positions = np.unique(np.round(np.linspace(0, len(rounds) - 1, max_points)).astype(np.int64))
+    return [rounds[i] for i in positions.tolist()]
 
 
 def _cells(infos: Sequence[RunInfo], rows: Mapping[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -144,10 +238,12 @@ def _summarise(cell: dict[str, Any], members: list[dict[str, Any]]) -> None:
                                   for k in stat_keys}  # fmt: skip
 
 
-def _curves(store: ResultsStore, cell: dict[str, Any], keys: list[str]) -> None:
-    """Per split and statistic, the per-round mean ± standard error over the cell's seeds (summed by SQLite)."""
-    sums = store.round_stats_sums(cell["run_ids"], keys)
-    cell["curves"] = {
+def _curves(
+    store: ResultsStore, run_ids: Sequence[str], keys: Sequence[str], rounds: Sequence[int] | None = None
+) -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """Per split and statistic, the per-round mean ± standard error over the runs (summed by SQLite)."""
+    sums = store.round_stats_sums(run_ids, keys, rounds)
+    return {
         split: {k: cc.curve(columns["round"], columns[k]["n"], columns[k]["sum"], columns[k]["sumsq"]) for k in keys}
         for split, columns in sums.items()
     }
@@ -170,11 +266,21 @@ def _outside(cell: Mapping[str, Any]) -> tuple[Any, ...]:
     return cc.settings_key(cell["settings"], skip=lambda key: key.startswith("strategy."))
 
 
-def _add_references(cells: list[dict[str, Any]]) -> str | None:
-    """Per cell, paired differences against the reference (FedAvg) cell of the same other settings."""
+def _add_references(
+    store: ResultsStore, cells: list[dict[str, Any]], lift_curves: dict[str, dict[str, dict[str, Any]]]
+) -> str | None:
+    """Per cell, paired differences against the reference (FedAvg) cell of the same other settings, and the
+    round from which the cell's lift (worst 10%) stays ahead of the reference's (from their per-round means,
+    read here for the cells not in ``lift_curves``)."""
     references = {_outside(c): c for c in cells if c["strategy"] == REFERENCE_STRATEGY}
     lift = TRADEOFF["y"][0]
     direction = next(s["direction"] for s in statistics() if s["key"] == lift)
+
+    def lift_curve(cell: dict[str, Any], split: str) -> dict[str, list[Any]]:
+        if cell["key"] not in lift_curves:
+            lift_curves[cell["key"]] = _curves(store, cell["run_ids"], [lift])
+        return (lift_curves[cell["key"]].get(split) or {}).get(lift) or {"round": [], "mean": [], "se": [], "n": []}
+
     for cell in cells:
         ref = references.get(_outside(cell))
         cell["reference"] = ref["key"] if ref else None
@@ -186,7 +292,7 @@ def _add_references(cells: list[dict[str, Any]]) -> str | None:
             for split in EVAL_SPLITS
         }
         cell["ahead_from"] = {
-            split: cc.ahead_from(cell["curves"][split][lift], ref["curves"][split][lift], higher_is_better=direction > 0)
+            split: cc.ahead_from(lift_curve(cell, split), lift_curve(ref, split), higher_is_better=direction > 0)
             for split in EVAL_SPLITS
         }
     for cell in cells:
@@ -285,15 +391,25 @@ def _notices(cells: list[dict[str, Any]], varying: list[str], runs: list[dict[st
 CSV_TABLES = ("cells", "curves", "runs")
 
 
-def compare_csv(data: Mapping[str, Any], table: str) -> str:
-    """One table of a comparison (:func:`compare`'s answer) as CSV: ``cells``, ``curves`` or ``runs``."""
+def compare_csv(
+    store: ResultsStore, table: str, run_ids: Sequence[str] | None = None, scenario: str | None = None
+) -> str:
+    """One table of a comparison (of :func:`compare`'s runs) as CSV: ``cells``, ``curves`` (every
+    evaluated round) or ``runs``."""
+    if table not in CSV_TABLES:
+        raise BadQuery(f"table must be one of {', '.join(CSV_TABLES)}, got {table!r}")
+    if table == "curves":
+        return curves_csv(compare_curves(store, run_ids, scenario))
+    return table_csv(compare(store, run_ids, scenario), table)
+
+
+def table_csv(data: Mapping[str, Any], table: str) -> str:
+    """The ``cells`` or ``runs`` table of :func:`compare`'s answer as CSV."""
     if table == "cells":
         return _cells_csv(data)
-    if table == "curves":
-        return _curves_csv(data)
     if table == "runs":
         return runs_csv(data["runs"], extra=("cell", "counted"))
-    raise BadQuery(f"table must be one of {', '.join(CSV_TABLES)}, got {table!r}")
+    raise BadQuery(f"table must be cells or runs, got {table!r}")
 
 
 def _cells_csv(data: Mapping[str, Any]) -> str:
@@ -321,14 +437,18 @@ def _cells_csv(data: Mapping[str, Any]) -> str:
     return to_csv(header, rows)
 
 
-def _curves_csv(data: Mapping[str, Any]) -> str:
-    """Per cell, split, statistic and round: mean, standard error and number of seeds (long format)."""
+CURVES_CSV_HEADER = ("cell", "split", "statistic", "round", "mean", "se", "n_seeds")
+
+
+def curves_csv(curves: Mapping[str, Any]) -> str:
+    """Per cell, split, statistic and round (:func:`compare_curves`' answer): mean, standard error and number
+    of seeds (long format). A static report builds the same table in the browser (compare.js)."""
     rows = (
         [c["label"], split, key, *values]
-        for c in data["cells"]
-        for split, curves in c["curves"].items()
-        for key, curve in curves.items()
+        for c in curves["cells"]
+        for split, by_key in c["curves"].items()
+        for key, curve in by_key.items()
         for values in zip(curve["round"], curve["mean"], curve["se"], curve["n"], strict=True)
     )
     # the curves are plain JSON values (comparison_cells.curve): no NaN to look for
-    return to_csv(["cell", "split", "statistic", "round", "mean", "se", "n_seeds"], rows, finite=True)
+    return to_csv(CURVES_CSV_HEADER, rows, finite=True)

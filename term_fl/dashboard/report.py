@@ -61,10 +61,20 @@ def _run_report(store: ResultsStore, run_id: str, db: Path) -> str:
     return render("run.html", report=data, run=data["run"], csv_urls={"rounds": "", "devices": ""}, db=str(db))
 
 
+REPORT_CURVE_POINTS = 100
+"""A scenario report's per-round curves hold at most this many rounds per cell (evenly spaced, the first and
+the last kept): the report's size and the time to write it do not grow with the runs' length."""
+
+
 def _compare_report(store: ResultsStore, scenario: str, db: Path) -> str:
-    """The comparison page of a scenario's finished runs with its data and its CSVs inlined."""
-    compare = compare_view.compare(store, scenario=scenario)
-    data = {"compare": compare, "csv": {t: compare_view.compare_csv(compare, t) for t in compare_view.CSV_TABLES}}
+    """The comparison page of a scenario's finished runs with its data and its CSVs inlined.
+
+    The per-round curves are inlined once, as data; the page builds their CSV
+    from them (compare.js), every round the report holds.
+    """
+    compare, curves = compare_view.compare_with_curves(store, scenario, max_points=REPORT_CURVE_POINTS)
+    data = {"compare": compare, "curves": curves,
+            "csv": {t: compare_view.table_csv(compare, t) for t in ("cells", "runs")}}  # fmt: skip
     return render("compare.html", report=data, compare=compare, query={"runs": "", "scenario": scenario},
                   csv_urls={t: "" for t in compare_view.CSV_TABLES}, db=str(db))  # fmt: skip
 

@@ -201,7 +201,9 @@ class Reads:
                         out.setdefault(run_id, {})[split] = {"round": r, DAMAGED: "stats_json"}
         return out
 
-    def round_stats_sums(self, run_ids: Iterable[str], keys: Iterable[str]) -> dict[str, dict[str, Any]]:
+    def round_stats_sums(
+        self, run_ids: Iterable[str], keys: Iterable[str], rounds: Iterable[int] | None = None
+    ) -> dict[str, dict[str, Any]]:
         """Per split and round, over the given runs: for each statistic the count, sum and sum of squares
         of its finite values (the moments of a mean and a standard error over runs).
 
@@ -211,6 +213,8 @@ class Reads:
         (:data:`~term_fl.results.schema.STATS_COLUMNS_SINCE`) is read from it, the
         others out of the stored JSON by ``json_extract``. Returns
         ``{split: {"round": [...], key: {"n": [...], "sum": [...], "sumsq": [...]}}}``.
+        ``rounds``: only these rounds (read through the primary key: the
+        cost follows the rounds asked for, not the runs' length).
         """
         keys = list(keys)
         for key in keys:
@@ -220,14 +224,16 @@ class Reads:
         columns = [key if key in own else f"json_extract(stats_json, '$.{key}')" for key in keys]
         aggregates = ", ".join(f"count({c}), total({c}), total({c} * {c})" for c in columns)
         sums: dict[tuple[str, int], list[float]] = {}
+        only = "" if rounds is None else " AND round IN (SELECT value FROM json_each(?))"
+        extra = () if rounds is None else (json.dumps(sorted({int(r) for r in rounds})),)
         for chunk in _chunks(list(dict.fromkeys(run_ids))):
-            where = f"WHERE run_id IN ({', '.join('?' * len(chunk))})"
+            where = f"WHERE run_id IN ({', '.join('?' * len(chunk))}){only}"
             try:
                 rows = self._query(f"SELECT split, round, {aggregates} FROM round_stats {where} GROUP BY split, round",
-                                   tuple(chunk))  # fmt: skip
+                                   (*chunk, *extra))  # fmt: skip
             except sqlite3.OperationalError:  # a damaged stats_json: sum in Python, leaving that row out
                 rows = _sums_in_python(self._query(f"SELECT split, round, stats_json FROM round_stats {where}",
-                                                   tuple(chunk)), keys)  # fmt: skip
+                                                   (*chunk, *extra)), keys)  # fmt: skip
             for split, r, *values in rows:  # counts and sums add up across chunks
                 acc = sums.setdefault((split, r), [0.0] * len(values))
                 for i, v in enumerate(values):
@@ -241,6 +247,15 @@ class Reads:
                 entry[key]["sum"].append(values[3 * i + 1])
                 entry[key]["sumsq"].append(values[3 * i + 2])
         return out
+
+    def stats_rounds(self, run_ids: Iterable[str]) -> list[int]:
+        """The rounds in which any of the given runs has statistics (of either split), in order."""
+        out: set[int] = set()
+        for chunk in _chunks(list(dict.fromkeys(run_ids))):
+            rows = self._query(f"SELECT DISTINCT round FROM round_stats WHERE run_id IN ({', '.join('?' * len(chunk))})",
+                               tuple(chunk))  # fmt: skip
+            out.update(r for (r,) in rows)
+        return sorted(out)
 
     def evaluated_rounds(self, run_id: str, split: str = "test") -> list[int]:
         """The rounds of a run that have statistics (evaluations) of ``split``, in order."""

@@ -52,6 +52,7 @@ const TermFL = (() => {
         devices: async (_id, round, split) => reportDevices(round, split),
         device: async (_id, partitionId) => report.device_histories[String(partitionId)],
         compare: async () => report.compare,
+        compareCurves: async () => report.curves,
       }
     : {
         runs: (query) => getJSON("/api/runs?" + new URLSearchParams(query)),
@@ -62,6 +63,7 @@ const TermFL = (() => {
           getJSON(`/api/runs/${enc(id)}/devices?` + new URLSearchParams(round == null ? { split } : { round, split })),
         device: (id, partitionId) => getJSON(`/api/runs/${enc(id)}/devices/${enc(partitionId)}`),
         compare: once((query) => getJSON("/api/compare?" + new URLSearchParams(query))),
+        compareCurves: (query) => getJSON("/api/compare/curves?" + new URLSearchParams(query)),
       };
 
   // Download links (a[data-csv]): the server's CSV address as rendered, or in a static

@@ -3,8 +3,9 @@
 // paired differences against the reference, the fairness trade-off, each statistic
 // against the tuned parameter, per-round curves with standard-error bands and the
 // ECDF of the final device accuracies. Live while runs run; stops when none does.
+// The per-round curves come from their own answer, fetched after the rest is drawn.
 (() => {
-  const { page, api, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
+  const { page, report, api, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
   // Run ids travel as repeated run= parameters: an id may hold a comma.
   const runIds = JSON.parse(page.dataset.runIds || "[]");
   const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
@@ -12,6 +13,7 @@
   const riskSelect = document.getElementById("risk-stat");
   let data = null;
   let styles = null;
+  let curves = null; // cell key -> {split: {statistic: {round, mean, se, n}}}
 
   const statOf = (key) => data.statistics.find((s) => s.key === key) || { key, label: key, direction: 0 };
   const better = (stat) => (stat.direction > 0 ? "higher is better" : stat.direction < 0 ? "lower is better" : "");
@@ -166,6 +168,7 @@
   }
 
   function drawCurves(split) {
+    if (curves == null) return; // not fetched yet
     const box = document.getElementById("curves");
     if (box.children.length !== data.curves.length) {
       box.replaceChildren(...data.curves.map((c) => element("div", { className: "chart", id: `chart-curve-${c.key}` })));
@@ -177,7 +180,7 @@
       div.dataset.title = `${stat.label} per round (${split})` + (panel.note ? ` — ${panel.note}` : "");
       const traces = [];
       for (const cell of data.cells) {
-        const series = ((cell.curves[split] || {})[key]) || { round: [], mean: [], se: [] };
+        const series = (((curves[cell.key] || {})[split] || {})[key]) || { round: [], mean: [], se: [] };
         traces.push(...band(series, styles[cell.key], cell.label, cell.key));
       }
       plot(div.id, traces, {
@@ -227,12 +230,48 @@
     }
   }
 
+  // The curves table as CSV, for a static report (which inlines the curves once, not their CSV as well):
+  // the columns and rows of /api/compare.csv?table=curves, of the rounds the report holds.
+  function curvesCsv(answer) {
+    const field = (v) => {
+      const text = v == null ? "" : String(v);
+      return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
+    };
+    const rows = [["cell", "split", "statistic", "round", "mean", "se", "n_seeds"]];
+    for (const cell of answer.cells) {
+      for (const [split, byKey] of Object.entries(cell.curves)) {
+        for (const [key, c] of Object.entries(byKey)) {
+          c.round.forEach((r, i) => rows.push([cell.label, split, key, r, c.mean[i], c.se[i], c.n[i]]));
+        }
+      }
+    }
+    return rows.map((row) => row.map(field).join(",") + "\r\n").join("");
+  }
+
+  function setCurves(answer) {
+    curves = Object.fromEntries(answer.cells.map((cell) => [cell.key, cell.curves]));
+    const thinned = answer.cells.filter((cell) => cell.thinned);
+    const status = document.getElementById("curves-status");
+    status.textContent = thinned.length
+      ? `Curves of more than ${answer.max_points} evaluated rounds show ${answer.max_points} of them, evenly spaced ` +
+        `(the first and the last kept): ${thinned.map((c) => `${c.label} (${c.evaluated_rounds} rounds)`).join(", ")}.`
+      : "";
+    status.classList.toggle("hidden", !thinned.length);
+    if (report && thinned.length) {
+      const link = document.querySelector('a[data-csv="curves"]');
+      link.textContent = `per-round curves (CSV, at most ${answer.max_points} rounds per cell)`;
+    }
+  }
+
+  if (report) report.csv.curves = curvesCsv(report.curves);
   csvLinks();
   splitSelect.addEventListener("change", draw);
   riskSelect.addEventListener("change", () => drawCurves(splitSelect.value));
   poll(async () => {
     data = await api.compare(query);
     draw();
+    setCurves(await api.compareCurves(query));
+    drawCurves(splitSelect.value);
     return data.runs.some((run) => run.status === "running");
   });
 })();
