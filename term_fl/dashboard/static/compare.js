@@ -168,11 +168,11 @@
   }
 
   function drawCurves(split) {
-    if (curves == null) return; // not fetched yet
     const box = document.getElementById("curves");
     if (box.children.length !== data.curves.length) {
       box.replaceChildren(...data.curves.map((c) => element("div", { className: "chart", id: `chart-curve-${c.key}` })));
     }
+    if (curves == null) return; // not fetched yet: the empty charts wait for them
     for (const panel of data.curves) {
       const key = panel.choices ? riskSelect.value || panel.choices[0] : panel.key;
       const stat = statOf(key);
