@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from term_fl import comparison_cells as cc
-from term_fl.comparison import select_by_validation
+from term_fl.comparison import family, select_by_validation
 from term_fl.dashboard.queries import (
     CURVE_PANELS,
     DIFFERENCE_STATS,
@@ -42,7 +42,7 @@ from term_fl.dashboard.queries import (
     to_csv,
 )
 from term_fl.jsonable import plain
-from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES
+from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES, VAL
 from term_fl.results import ResultsStore, RunInfo
 from term_fl.strategies.registry import cell_label, strategy_order
 
@@ -131,7 +131,7 @@ def _answer(
         _summarise(cell, members)
         _final_devices(store, cell, members)
     reference = _add_references(store, cells, dict(lift_curves or {}))
-    _mark_chosen(cells, infos)
+    _mark_chosen(store, cells, infos)
     runs = [dict(row) for row in rows.values()]
     for row in runs:
         cell = next(c for c in cells if row["run_id"] in c["all_run_ids"])
@@ -301,9 +301,13 @@ def _add_references(
     return keys.pop() if len(keys) == 1 else None
 
 
-def _mark_chosen(cells: list[dict[str, Any]], infos: Sequence[RunInfo]) -> None:
-    """Mark, per strategy and experiment, the cell chosen on the validation split (the sweep's rule)."""
+def _mark_chosen(store: ResultsStore, cells: list[dict[str, Any]], infos: Sequence[RunInfo]) -> None:
+    """Mark, per family of cells (``term``, ``term loss_reduction=sum`` ...) and experiment, the cell the
+    scenario's selection rule chooses on the validation split, as ``term-fl sweep`` does: its objective,
+    average and max_mean_drop, on each run's last ``tail`` evaluated rounds."""
     selection = next((i.config.get("selection") for i in infos if i.config.get("selection")), None) or {}
+    objective, average = selection.get("objective", "worst_10"), selection.get("average", "mean")
+    tail = int(selection.get("tail") or 1)
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for cell in cells:
         cell["chosen"] = None
@@ -312,15 +316,34 @@ def _mark_chosen(cells: list[dict[str, Any]], infos: Sequence[RunInfo]) -> None:
         rows = [_selection_row(c) for c in group]
         if any(r is None for r in rows):
             continue
-        chosen = select_by_validation(
-            rows,
-            objective=selection.get("objective", "worst_10"),
-            max_mean_drop=selection.get("max_mean_drop", 0.01),
-        )
-        for strategy, choice in chosen.items():
-            if sum(c["strategy"] == strategy for c in group) > 1:  # a choice among several values
+        if tail > 1:
+            for row, cell in zip(rows, group, strict=True):
+                row.update(_tail_means(store, cell, tail, [objective, average]))
+        chosen = select_by_validation(rows, objective=objective, average=average,
+                                      max_mean_drop=selection.get("max_mean_drop", 0.01),
+                                      split="validation_tail" if tail > 1 else "validation")  # fmt: skip
+        for name, choice in chosen.items():
+            candidates = [r for r in rows if r["strategy"] != REFERENCE_STRATEGY and family(r) == name]
+            if len(candidates) > 1:  # a choice among several values
                 cell = next(c for c in group if c["key"] == choice["config_hash"])
-                cell["chosen"] = f"chosen on validation: {choice['rule']}"
+                cell["chosen"] = f"chosen on validation: {choice['rule']}" + (
+                    " (the scenario chooses on its clean devices; this is all devices)"
+                    if selection.get("devices") == "clean" else ""
+                )  # fmt: skip
+
+
+def _tail_means(store: ResultsStore, cell: Mapping[str, Any], tail: int, keys: Sequence[str]) -> dict[str, float]:
+    """``validation_tail.KEY``: the mean over the cell's seeds and their last ``tail`` evaluated validation
+    rounds (the runs of a cell share their rounds: the mean of each run's tail mean), summed by SQLite."""
+    keys = list(dict.fromkeys(keys))
+    rounds = store.last_rounds(cell["run_ids"], VAL, tail)
+    columns = store.round_stats_sums(cell["run_ids"], keys, rounds).get(VAL)
+    out = {}
+    for key in keys:
+        n = sum(columns[key]["n"]) if columns else 0
+        if n:
+            out[f"{SUMMARY_NAMES[VAL]}_tail.{key}"] = sum(columns[key]["sum"]) / n
+    return out
 
 
 def _selection_row(cell: Mapping[str, Any]) -> dict[str, Any] | None:

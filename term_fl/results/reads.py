@@ -257,6 +257,17 @@ class Reads:
             out.update(r for (r,) in rows)
         return sorted(out)
 
+    def last_rounds(self, run_ids: Iterable[str], split: str, count: int) -> list[int]:
+        """The rounds among each run's last ``count`` rounds with statistics of ``split`` (read backwards
+        through the primary key: the cost follows ``count``, not the runs' length), in order."""
+        _check_split(split)
+        out: set[int] = set()
+        for run_id in dict.fromkeys(run_ids):
+            rows = self._query("SELECT round FROM round_stats WHERE run_id = ? AND split = ? ORDER BY round DESC "
+                               "LIMIT ?", (run_id, split, int(count)))  # fmt: skip
+            out.update(r for (r,) in rows)
+        return sorted(out)
+
     def evaluated_rounds(self, run_id: str, split: str = "test") -> list[int]:
         """The rounds of a run that have statistics (evaluations) of ``split``, in order."""
         _check_split(split)
