@@ -38,17 +38,26 @@ def test_only_the_run_simulation_notice_is_dropped(caplog):
 
 
 class SlowPulls:
-    """A Grid whose pulls take ``pull_s`` and return one reply each."""
+    """A Grid whose pulls take ``pull_s`` and return one reply each.
 
-    def __init__(self, n: int, pull_s: float) -> None:
+    With a ``clock`` (a one-item list read by a patched ``time.perf_counter``)
+    a pull advances that clock instead of sleeping: the test's timing is exact
+    however loaded the machine is.
+    """
+
+    def __init__(self, n: int, pull_s: float, clock: list[float] | None = None) -> None:
         self.pending = [f"m{i}" for i in range(n)]
         self.pull_s = pull_s
+        self.clock = clock
 
     def push_messages(self, messages):
         return list(self.pending)
 
     def pull_messages(self, ids):
-        time.sleep(self.pull_s)
+        if self.clock is None:
+            time.sleep(self.pull_s)
+        else:
+            self.clock[0] += self.pull_s
         mid = self.pending.pop(0)
 
         class Reply:
@@ -58,14 +67,16 @@ class SlowPulls:
         return [Reply]
 
 
-def test_pulls_wait_nine_times_as_long_as_they_took(monkeypatch):
-    """A pull that takes 50 ms is followed by a wait of about 450 ms, not 10 ms (pulls hold the GIL)."""
-    sleeps = []
-    real_sleep = time.sleep
-    monkeypatch.setattr(time, "sleep", lambda s: sleeps.append(s) if s != 0.05 else real_sleep(s))
-    grid = StoppableGrid(SlowPulls(3, 0.05), Stop())
+@pytest.mark.parametrize("pull_s, wait_s", [(0.05, 0.45), (0.0001, 0.01)])
+def test_pulls_wait_nine_times_as_long_as_they_took_and_at_least_the_poll_interval(monkeypatch, pull_s, wait_s):
+    """A pull that takes 50 ms is followed by a wait of 450 ms, not 10 ms (pulls hold the GIL, so they
+    take at most a tenth of the time); a fast pull by the 10 ms poll interval. On a simulated clock."""
+    clock, sleeps = [0.0], []
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", sleeps.append)
+    grid = StoppableGrid(SlowPulls(3, pull_s, clock), Stop())
     assert len(grid.send_and_receive([object()] * 3)) == 3
-    assert len(sleeps) == 2 and all(0.44 < s < 0.6 for s in sleeps)
+    assert sleeps == pytest.approx([wait_s, wait_s])  # no wait after the last reply
 
 
 def test_a_stopped_server_loop_raises_the_stops_error():
