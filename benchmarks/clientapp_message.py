@@ -81,12 +81,12 @@ def build_messages(scenario_name: str, workdir: Path) -> dict[str, Path]:
     from flwr.supercore.task_identity import TaskIdentity
 
     from term_fl.config import load_scenario
-    from term_fl.federation import initial_arrays
+    from term_fl.federation.loop import initial_arrays
 
     try:
-        from term_fl.keys import SCENARIO as SCENARIO_KEY
-    except ImportError:  # a tree from before term_fl.keys
-        from term_fl.federation import SCENARIO_KEY
+        from term_fl.common.keys import SCENARIO as SCENARIO_KEY
+    except ImportError:  # a tree from before term_fl.common.keys
+        from term_fl.federation.loop import SCENARIO_KEY
 
     if scenario_name == "vehicle":
         scenario = load_scenario(REPO / "configs" / "vehicle-sensor.toml")

@@ -37,15 +37,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from term_fl.client_app import make_client_app
+from term_fl.clientapp.app import make_client_app
 from term_fl.data import dataset_for
-from term_fl.engines.client_cache import ClientCache
+from term_fl.clientapp.cache import ClientCache
 from term_fl.config import Scenario, load_scenario, with_overrides
-from term_fl.engines.cohort import CohortExecutor
+from term_fl.engines.cohort_executor import CohortExecutor
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.federation import Recorder, RoundRecord, run_federation
+from term_fl.federation.loop import Recorder, RoundRecord, run_federation
 from term_fl.results import ResultsStore
-from term_fl.runs import RunRecorder, run_id_for
+from term_fl.runs.run import RunRecorder, run_id_for
 
 from .common import ONE_RUN, BenchResult, Options, Row, fmt_s, median, verdict, vehicle_scenario
 from .timing_grid import TimingGrid
@@ -168,7 +168,7 @@ def _synthetic(opts: Options) -> dict[str, Any]:
 def round_floor(scenario: Scenario, device: str, repeats: int = 5) -> dict[str, Any]:
     """Time one round's arithmetic with one weight set: forward + backward of every trained row
     (``epochs`` times, the sampled devices of round 1 of the run seed), forward of every evaluation row."""
-    from term_fl.seeding import TRAIN_SAMPLING
+    from term_fl.common.seeding import TRAIN_SAMPLING
 
     dataset = dataset_for(scenario)
     m = min(scenario.run.clients_per_round, dataset.num_devices)

@@ -136,8 +136,8 @@ def print_report(report: dict[str, Any]) -> None:
 def run_both(config: Path, overrides: list[str], out: Path) -> dict[str, float]:
     """Run the scenario's sweep with each executor (term-fl sweep's code, in-process engine); wall times."""
     from term_fl.config import load_scenario
-    from term_fl.console import make_console, route_logs
-    from term_fl.sweep import run_sweep
+    from term_fl.cli.console import make_console, route_logs
+    from term_fl.cli.sweep import run_sweep
 
     route_logs(make_console(), verbose=False)  # as `term-fl sweep` without -v
     walls = {}

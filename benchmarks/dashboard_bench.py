@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.keys import EVAL_SPLITS as SPLITS
+from term_fl.common.keys import EVAL_SPLITS as SPLITS
 from term_fl.results import EvalRow, ResultsStore, TrainRow
 
 SWEEP = "bench-sweep"
@@ -79,8 +79,8 @@ SIZES = {
 
 
 def _stats(accuracy: np.ndarray, examples: np.ndarray, rng: np.random.Generator) -> dict[str, float]:
-    """Fairness statistics of one split (computed as term_fl.fairness does) and jittered loss risks."""
-    from term_fl.fairness import fairness_summary
+    """Fairness statistics of one split (computed as term_fl.maths.fairness does) and jittered loss risks."""
+    from term_fl.maths.fairness import fairness_summary
 
     correct = np.round(accuracy * examples).astype(np.int64)
     stats = fairness_summary(correct / examples, num_examples=examples, correct=correct)

@@ -1,7 +1,7 @@
 """Benchmark: node discovery in Flower's Simulation Engine, and where its time goes.
 
 Discovery maps each node id to the partition it holds before round 1
-(``term_fl.federation.discover_nodes``). Measured per point (a child process
+(``term_fl.federation.loop.discover_nodes``). Measured per point (a child process
 each: Ray start, ``run_flower_simulation`` of one round with 10 clients):
 
 - ``query``: every node is asked for its partition-id (``TERM_FL_DISCOVERY=query``;

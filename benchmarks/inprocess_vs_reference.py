@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import torch
 
-from term_fl.client_app import make_client_app
+from term_fl.clientapp.app import make_client_app
 from term_fl.data import dataset_for
-from term_fl.engines.client_cache import ClientCache
+from term_fl.clientapp.cache import ClientCache
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.federation import Recorder, RoundRecord, run_federation
+from term_fl.federation.loop import Recorder, RoundRecord, run_federation
 
 from .common import BenchResult, Options, Row, fmt_s, median, verdict, vehicle_scenario
 from .reference import ReferenceFedAvg

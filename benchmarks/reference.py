@@ -19,7 +19,7 @@ import torch
 
 from term_fl.data import dataset_for
 from term_fl.config import Scenario
-from term_fl.seeding import TRAIN_SAMPLING
+from term_fl.common.seeding import TRAIN_SAMPLING
 
 
 @dataclass

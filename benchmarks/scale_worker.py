@@ -3,7 +3,7 @@
     python -m benchmarks.scale_worker --num-clients N --clients-per-round M --rounds R \
         --evaluate-fraction F --device cpu --progress FILE [--profile]
 
-Starts one ``ray_session``, runs ``term_fl.federation.run_federation`` as the
+Starts one ``ray_session``, runs ``term_fl.federation.loop.run_federation`` as the
 ServerApp (Synthetic data, ``data.max_samples`` = 60) behind a
 :class:`benchmarks.timing_grid.TimingGrid`, and appends one JSON object per
 event to FILE as it happens (so a run stopped at a deadline still tells how
@@ -87,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
     from flwr.serverapp import Grid, ServerApp
     from flwr.simulation import run_simulation
 
-    from term_fl.engines.client_cache import app as client_app
+    from term_fl.clientapp.cache import app as client_app
     from term_fl.engines.flower import backend_config, ray_session, without_run_simulation_notice
-    from term_fl.federation import Recorder, RoundRecord, run_federation
+    from term_fl.federation.loop import Recorder, RoundRecord, run_federation
 
     from term_fl.flower_internals import DISPATCHER_ENV, simulation_node_table
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from term_fl.keys import EVAL_SPLITS as SPLITS
+from term_fl.common.keys import EVAL_SPLITS as SPLITS
 from term_fl.results import EvalRow, ResultsStore, TrainRow
 
 

@@ -1,7 +1,7 @@
 """Benchmark 3: round time of TermFedAvg vs Flower's built-in FedAvg in the Flower engine.
 
 One benchmark ServerApp, run once in Flower's Simulation Engine (inside one
-``ray_session``) with ``term_fl.engines.client_cache.app`` as the ClientApp, calls
+``ray_session``) with ``term_fl.clientapp.cache.app`` as the ClientApp, calls
 ``strategy.start(grid=..., initial_arrays=..., num_rounds=R,
 train_config=ConfigRecord({"scenario": ...}), evaluate_config=same)`` for
 each strategy, interleaved A/B/A/B after one warm-up start of each. Both use
@@ -22,11 +22,11 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 
 from term_fl.data import dataset_for
-from term_fl.keys import SCENARIO as SCENARIO_KEY
-from term_fl.engines.client_cache import app as client_app
+from term_fl.common.keys import SCENARIO as SCENARIO_KEY
+from term_fl.clientapp.cache import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.flower import backend_config, ray_session, without_run_simulation_notice
-from term_fl.federation import initial_arrays
+from term_fl.federation.loop import initial_arrays
 from term_fl.strategies import TermFedAvg
 
 from .common import BenchResult, Options, Row, fmt_s, mean, median, verdict, vehicle_scenario

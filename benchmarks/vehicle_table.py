@@ -3,7 +3,7 @@
 3 strategies (fedavg, qffl q=5, term t>0) x 5 seeds at the scenario's default
 settings (configs/vehicle-sensor.toml when it exists, else the embedded
 defaults with data.name=vehicle, model.name=linear_svm, fractions
-0.5/0.2/0.3), each run through ``term_fl.runs.run_one`` into a temporary
+0.5/0.2/0.3), each run through ``term_fl.runs.run.run_one`` into a temporary
 results store and run directories. Reported: total wall time, and the time
 scaled linearly to 30 rounds per run (target: <= 15 s for the in-process
 engine). The Flower engine runs the same table inside one ``ray_session``
@@ -22,7 +22,7 @@ from typing import Any
 from term_fl.config import Scenario, with_overrides
 from term_fl.engines.flower import ray_session
 from term_fl.results import ResultsStore
-from term_fl.runs import run_one
+from term_fl.runs.run import run_one
 
 from .common import VEHICLE_CONFIG, BenchResult, Options, Row, fmt_s, median, verdict, vehicle_scenario
 

@@ -2,15 +2,15 @@
 
 The Deployment Engine starts a fresh process for every message, so this
 module imports only Flower: a train or evaluate message imports
-term_fl.client_app (torch, the data, the model) when it arrives, and the
+term_fl.clientapp.app (torch, the data, the model) when it arrives, and the
 node-discovery query never does. Flower's Simulation Engine keeps its
-ClientApp processes, and with them the cache (term_fl.engines.client_cache).
+ClientApp processes, and with them the cache (term_fl.clientapp.cache).
 """
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from term_fl.node_query import partition_reply
+from term_fl.clientapp.node_query import partition_reply
 
 app = ClientApp()
 
@@ -22,16 +22,16 @@ def query(msg: Message, context: Context) -> Message:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    from term_fl.client_app import train as train_handler
-    from term_fl.engines.client_cache import process_cache
+    from term_fl.clientapp.app import train as train_handler
+    from term_fl.clientapp.cache import process_cache
 
     return train_handler(msg, context, process_cache())
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    from term_fl.client_app import evaluate as evaluate_handler
-    from term_fl.engines.client_cache import process_cache
+    from term_fl.clientapp.app import evaluate as evaluate_handler
+    from term_fl.clientapp.cache import process_cache
 
     return evaluate_handler(msg, context, process_cache())
 

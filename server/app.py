@@ -2,7 +2,7 @@
 
 Thin on purpose: the scenario comes from the run config (`scenario` path and
 `overrides`, see [tool.flwr.app.config] in pyproject.toml), the loop is
-term_fl.federation.run_federation, shared with `term-fl run`.
+term_fl.federation.loop.run_federation, shared with `term-fl run`.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
 from term_fl.config import load_scenario
-from term_fl.federation import RoundRecord, run_federation
+from term_fl.federation.loop import RoundRecord, run_federation
 from term_fl.results import ResultsStore
-from term_fl.runs import RunRecorder, run_id_for
+from term_fl.runs.run import RunRecorder, run_id_for
 
 APP_DIR = Path(__file__).resolve().parent.parent
 # Flower's Simulation Engine registers its virtual SuperNodes at once, right

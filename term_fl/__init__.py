@@ -4,4 +4,8 @@ Li, Beirami, Sanjabi, Smith, "On Tilted Losses in Machine Learning:
 Theory and Applications", JMLR 2023.
 """
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
+
+from term_fl import _moved
+
+_moved.install()

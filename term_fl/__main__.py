@@ -1,3 +1,3 @@
-from term_fl.cli import entry
+from term_fl.cli.commands import entry
 
 entry()

@@ -39,8 +39,8 @@ from pydantic import (
     model_validator,
 )
 
-from term_fl.errors import ConfigError
-from term_fl.fairness import STATISTICS
+from term_fl.common.errors import ConfigError
+from term_fl.maths.fairness import STATISTICS
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 from term_fl.data.vehicle import ANY_SHA256, VEHICLE_SHA256, check_sha256
 

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL
-from term_fl.cli import main
+from term_fl.cli.commands import main
 
 SMALL_ARGS = [arg for item in SMALL for arg in ("--set", item)]
 

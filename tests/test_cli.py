@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import SMALL
-from term_fl.cli import main
+from term_fl.cli.commands import main
 from term_fl.results import ResultsStore
 
 SMALL_ARGS = [arg for item in SMALL for arg in ("--set", item)]
@@ -189,7 +189,7 @@ def test_a_crash_between_the_store_row_and_summary_json_does_not_redo_the_cell(t
 
 def test_the_store_row_is_finished_before_summary_json_is_written(tmp_path, monkeypatch):
     """Write order: a reader that sees summary.json always finds the store row finished too."""
-    import term_fl.runs as runs_module
+    import term_fl.runs.run as runs_module
 
     seen = {}
 
@@ -238,7 +238,7 @@ def test_runs_lists_the_store_and_reports_a_missing_store(tmp_path, capsys):
 
 
 def test_sweep_uses_the_engine_the_scenario_names(tmp_path, capsys, monkeypatch):
-    import term_fl.sweep as sweep_module
+    import term_fl.cli.sweep as sweep_module
 
     import contextlib
 
@@ -264,12 +264,12 @@ def test_dashboard_access_log_is_off_unless_asked_for(flag, expected, tmp_path, 
 def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, monkeypatch):
     """Not a usage error (2): the run is recorded as failed, and the exit status says it failed."""
     import term_fl.engines as engines
-    from term_fl.federation import FederationError
+    from term_fl.federation.loop import FederationError
 
     def failing(scenario, recorder, on_round=None):
         raise FederationError("every round failed (1 of 1)")
 
-    monkeypatch.setattr("term_fl.runs.run_scenario", failing)
+    monkeypatch.setattr("term_fl.runs.run.run_scenario", failing)
     code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "o"),
                  "--db", str(tmp_path / "r.db")])
     err = capsys.readouterr().err
@@ -308,7 +308,7 @@ def test_runs_as_table_json_and_csv_with_filters_and_full_ids(tmp_path, capsys):
 
 
 def test_runs_table_shows_the_newest_50_and_json_every_run(tmp_path, capsys, monkeypatch):
-    import term_fl.cli as cli_module
+    import term_fl.cli.commands as cli_module
     from test_dashboard import RUNS, build_store
 
     db = tmp_path / "r.db"
@@ -333,7 +333,7 @@ def test_runs_imports_neither_flower_nor_torch_nor_ray_nor_the_web_app(tmp_path,
     db = tmp_path / "r.db"
     build_store(db, runs=RUNS[:2])
     code = (
-        "import sys; from term_fl.cli import main; rc = main(['runs', '--db', sys.argv[1], '--format', sys.argv[2]]); "
+        "import sys; from term_fl.cli.commands import main; rc = main(['runs', '--db', sys.argv[1], '--format', sys.argv[2]]); "
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'flwr', 'torch', 'ray', 'fastapi', 'plotly'}); "
         "print('HEAVY', heavy, rc, file=sys.stderr)"
     )
@@ -372,7 +372,7 @@ def test_runs_piped_into_a_reader_that_goes_away_stops_quietly(tmp_path):
     ],
 )
 def test_engine_flower_on_the_command_line_runs_the_sequential_executor(argv, executor):
-    from term_fl.cli import build_parser, resolve_overrides
+    from term_fl.cli.commands import build_parser, resolve_overrides
 
     overrides = resolve_overrides(build_parser().parse_args(["run", *argv]))
     assert overrides.get("run.executor") == executor

@@ -1,4 +1,4 @@
-"""The engines' client caches (term_fl.engines.client_cache) never change what a reply says.
+"""The engines' client caches (term_fl.clientapp.cache) never change what a reply says.
 
 The in-process engine hands one global-model record to every client of a
 round, so the engines' ClientApp keeps the last loaded weights and each
@@ -14,16 +14,16 @@ import pytest
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
 from conftest import small_scenario
-from term_fl.client_app import app as plain_app
-from term_fl.client_app import make_client_app
+from term_fl.clientapp.app import app as plain_app
+from term_fl.clientapp.app import make_client_app
 from term_fl.data import dataset_for
-from term_fl.engines.client_cache import LastUsed, ClientCache
+from term_fl.clientapp.cache import LastUsed, ClientCache
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.flower_internals import to_array_record
-from term_fl.keys import EVAL_SPLITS, SCENARIO as SCENARIO_KEY
-from term_fl.models import get_weights, model_for, set_weights
+from term_fl.common.keys import EVAL_SPLITS, SCENARIO as SCENARIO_KEY
+from term_fl.learning.models import get_weights, model_for, set_weights
 from term_fl.strategies.replies import metrics_of
-from term_fl.training import evaluate
+from term_fl.learning.training import evaluate
 
 SCENARIO = small_scenario("run.engine=inprocess")
 DATASET = dataset_for(SCENARIO)
@@ -120,7 +120,7 @@ def test_a_client_cache_pickles_as_its_process_cache():
     """Flower's engine pickles the ClientApp with every message: the cache must not travel with it."""
     import pickle
 
-    from term_fl.engines.client_cache import app, process_cache
+    from term_fl.clientapp.cache import app, process_cache
 
     assert pickle.loads(pickle.dumps(CACHE)) is process_cache()
     assert pickle.loads(pickle.dumps(app))._registered_funcs["train.default"].keywords["workspace"] is process_cache()
@@ -182,7 +182,7 @@ def test_a_discovery_query_in_a_fresh_process_imports_neither_torch_nor_the_scen
 @pytest.mark.parametrize("kind", ["train", "evaluate"])
 def test_train_and_evaluate_in_a_fresh_process_import_no_sympy_and_answer_as_in_process(kind, tmp_path):
     """client.app (the FAB's ClientApp) imports the handlers lazily and replies exactly as
-    term_fl.client_app.app; building the model does not pull in sympy (torch's symbolic shapes)."""
+    term_fl.clientapp.app.app; building the model does not pull in sympy (torch's symbolic shapes)."""
     result = _fresh_process(kind, tmp_path)
     assert "sympy" not in result["modules"] and "torch" in result["modules"]
     expected = _send(kind, to_array_record(_weights(3)), 2)

@@ -1,4 +1,4 @@
-"""term_fl.client.pre_training_loss: the loss of the received model, measured without training it."""
+"""term_fl.plugin.losses.pre_training_loss: the loss of the received model, measured without training it."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from term_fl.client import TRAIN_LOSS_BEFORE, pre_training_loss
+from term_fl.plugin.losses import TRAIN_LOSS_BEFORE, pre_training_loss
 
 
 def data(n: int = 10, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,6 +1,6 @@
-"""term_fl.cohort: many devices trained at once equal train_tensors run device by device.
+"""term_fl.learning.cohort_training: many devices trained at once equal train_tensors run device by device.
 
-Every check compares with the sequential path (term_fl.training), which is
+Every check compares with the sequential path (term_fl.learning.training), which is
 itself checked against hand-written loops and torch.optim.SGD in
 test_training.py, or with autograd on the model's own loss.
 """
@@ -12,8 +12,8 @@ import pytest
 import torch
 from torch import nn
 
-from term_fl import training
-from term_fl.cohort import (
+from term_fl.learning import training
+from term_fl.learning.cohort_training import (
     _KERNELS,
     _cross_entropy_grad,
     _hinge_grad,
@@ -22,8 +22,8 @@ from term_fl.cohort import (
     supports,
     train_cohort,
 )
-from term_fl.models import TermModel, build_model, get_weights, set_weights
-from term_fl.training import as_tensors, evaluate_segments, tilted_mean, train_tensors
+from term_fl.learning.models import TermModel, build_model, get_weights, set_weights
+from term_fl.learning.training import as_tensors, evaluate_segments, tilted_mean, train_tensors
 
 MODELS = [("linear_svm", 2), ("logreg", 4), ("mlp", 3)]
 # uneven devices: one example, fewer than a batch, exactly a batch, a batch and one, several batches

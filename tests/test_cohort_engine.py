@@ -17,17 +17,17 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
 from conftest import small_scenario, vehicle_path
 from term_fl.flower_internals import from_array_record
-from term_fl.keys import ARRAYS, CONFIG, METRICS, NUM_PARTITIONS, SCENARIO, SERVER_ROUND
-from term_fl.client_app import make_client_app
-from term_fl.engines.client_cache import ClientCache
+from term_fl.common.keys import ARRAYS, CONFIG, METRICS, NUM_PARTITIONS, SCENARIO, SERVER_ROUND
+from term_fl.clientapp.app import make_client_app
+from term_fl.clientapp.cache import ClientCache
 from term_fl.config import ConfigError, Scenario, config_hash, load_scenario
-from term_fl.engines import cohort as cohort_module
+from term_fl.engines import cohort_executor as cohort_module
 from term_fl.engines import run_scenario
-from term_fl.engines.cohort import CohortExecutor
+from term_fl.engines.cohort_executor import CohortExecutor
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.federation import Recorder, initial_arrays
+from term_fl.federation.loop import Recorder, initial_arrays
 from term_fl.results import ResultsStore
-from term_fl.runs import run_one
+from term_fl.runs.run import run_one
 
 REL = 1e-5
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from term_fl.comparison import group_cells, mean_and_stderr, paired_differences, select_by_validation, significant
+from term_fl.comparison.summaries import group_cells, mean_and_stderr, paired_differences, select_by_validation, significant
 
 
 def summary(name, seed, val_avg, val_worst, test_avg, cfg, *, pooled=None, ref="f", test_worst=0.5, **strategy):

@@ -11,7 +11,7 @@ import statistics
 
 import pytest
 
-from term_fl import comparison_cells as cc
+from term_fl.comparison import cells as cc
 
 
 def run(run_id, seed, status="finished", started_at=0.0):

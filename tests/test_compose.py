@@ -239,7 +239,7 @@ def test_results_volume_and_data_mounts(main):
 def test_dashboard_answers_the_names_it_is_published_under(main, published_as, answered):
     """The dashboard's Host: guard lets in loopback, the service name (other containers) and
     TERM_FL_DASHBOARD_HOSTNAME; compose's interpolation is done here as compose does it."""
-    from term_fl.cli import build_parser
+    from term_fl.cli.commands import build_parser
     from term_fl.dashboard.hosts import allowed_host_names
 
     command = [a.replace("${TERM_FL_DASHBOARD_HOSTNAME:-}", published_as) for a in argv(main["services"]["dashboard"])]
@@ -565,7 +565,7 @@ def test_check_data_accepts_the_published_file(monkeypatch, capsys):
 def test_e2e_check_accepts_a_finished_run_and_names_what_is_missing(tmp_path):
     from conftest import small_scenario
     from term_fl.results import ResultsStore
-    from term_fl.runs import run_one
+    from term_fl.runs.run import run_one
 
     spec = importlib.util.spec_from_file_location("term_fl_e2e_check", REPO / "deploy" / "e2e_check.py")
     check = importlib.util.module_from_spec(spec)

@@ -11,8 +11,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from conftest import small_scenario
-from term_fl.console import RoundProgress, route_logs, run_header, strategy_words
-from term_fl.federation import RoundRecord
+from term_fl.cli.console import RoundProgress, route_logs, run_header, strategy_words
+from term_fl.federation.loop import RoundRecord
 
 
 def text_console(terminal: bool = False, width: int = 200) -> tuple[Console, io.StringIO]:

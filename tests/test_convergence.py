@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from term_fl.convergence import last_fifth_change, tail_mean, tail_means
+from term_fl.comparison.convergence import last_fifth_change, tail_mean, tail_means
 
 
 def test_tail_mean_averages_the_last_values_and_skips_missing_ones():

@@ -26,7 +26,7 @@ from fastapi.testclient import TestClient
 
 from term_fl.dashboard import ReportError, create_app, write_report
 from term_fl.dashboard.render import STATIC_DIR, inline_script, script_json
-from term_fl.fairness import GROUPS
+from term_fl.maths.fairness import GROUPS
 from term_fl.results import ResultsStore, StoreError
 
 XSS = "<script>alert(1)</script>"
@@ -243,7 +243,7 @@ def test_devices_default_to_the_last_round_and_unknown_rounds_are_404(client):
 def test_a_run_evaluated_every_few_rounds_shows_its_evaluated_rounds_and_all_its_training(tmp_path):
     from conftest import small_scenario
     from term_fl.results import ResultsStore
-    from term_fl.runs import run_one
+    from term_fl.runs.run import run_one
 
     db = tmp_path / "results.db"
     with ResultsStore(db) as writable:

@@ -31,7 +31,7 @@ from test_dashboard_compare import SCENARIO as SWEEP
 import term_fl.dashboard.report as report_module
 import term_fl.results.schema as results_module
 from term_fl.dashboard import compare_view, create_app, write_report
-from term_fl.fairness import GROUPS
+from term_fl.maths.fairness import GROUPS
 from term_fl.results import ResultsStore
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 
-from term_fl.cli import main
+from term_fl.cli.commands import main
 from term_fl.dashboard import create_app
 from term_fl.dashboard.hosts import allowed_host_names, host_of
 from term_fl.results import ResultsStore

@@ -202,7 +202,7 @@ def round_timeout_s(env: dict[str, str]) -> int:
     if os.environ.get("TERM_FL_TEST_ROUND_TIMEOUT"):
         return int(os.environ["TERM_FL_TEST_ROUND_TIMEOUT"])
     t0 = time.monotonic()
-    subprocess.run([sys.executable, "-c", "import torch, flwr.clientapp, term_fl.client_app"],
+    subprocess.run([sys.executable, "-c", "import torch, flwr.clientapp, term_fl.clientapp.app"],
                    check=True, timeout=180, env=env, capture_output=True)
     return max(MIN_ROUND_TIMEOUT_S, int(8 * (time.monotonic() - t0)) + 1)
 

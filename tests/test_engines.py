@@ -14,7 +14,7 @@ import pytest
 
 from conftest import small_scenario
 from term_fl.results import ResultsStore
-from term_fl.runs import run_one
+from term_fl.runs.run import run_one
 from term_fl.strategies.registry import STRATEGIES
 
 pytestmark = pytest.mark.slow
@@ -87,12 +87,12 @@ def test_a_failed_simulation_leaves_the_session_able_to_run_the_next_one(tmp_pat
     """Clients that all fail (CUDA asked for on a CPU machine) fail the run; the next run still works."""
     import torch
 
-    from term_fl.federation import FederationError
+    from term_fl.federation.loop import FederationError
 
     if torch.cuda.is_available():
         pytest.skip("needs a machine without CUDA, so that client.device=cuda fails in the clients")
     from term_fl.engines.flower import run_flower_simulation
-    from term_fl.runs import RunRecorder
+    from term_fl.runs.run import RunRecorder
 
     store = ResultsStore(tmp_path / "results.db")
     failing = small_scenario("run.engine=flower", "client.device=cuda", "run.max_failed_rounds=1")

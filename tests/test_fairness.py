@@ -1,4 +1,4 @@
-"""Properties of term_fl.fairness and term_fl.risks, against values computed by hand or naively.
+"""Properties of term_fl.maths.fairness and term_fl.maths.risks, against values computed by hand or naively.
 
 The loss-risk references are the paper's formulas typed directly: a brute-force
 grid over t (numpy log-sum-exp for EVaR) and decimal arithmetic (60 digits,
@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from term_fl.fairness import (
+from term_fl.maths.fairness import (
     STATISTICS,
     best_10,
     entropy,
@@ -31,7 +31,7 @@ from term_fl.fairness import (
     variance_1e4,
     worst_10,
 )
-from term_fl.risks import (
+from term_fl.maths.risks import (
     conditional_value_at_risk,
     entropic_value_at_risk,
     loss_risks,
@@ -78,7 +78,7 @@ def brute_force_evar(losses, alpha):
 
 
 def decimal_alpha(alpha, size):
-    """alpha as term_fl.fairness reads it: alpha K within 1e-9 of an integer is that integer."""
+    """alpha as term_fl.maths.fairness reads it: alpha K within 1e-9 of an integer is that integer."""
     count = Decimal(float(alpha)) * size
     nearest = count.to_integral_value()
     return nearest / size if abs(count - nearest) <= Decimal("1e-9") else Decimal(float(alpha))

@@ -9,16 +9,16 @@ import pytest
 from flwr.clientapp import ClientApp
 
 from conftest import small_scenario
-from term_fl.client_app import app as client_app
+from term_fl.clientapp.app import app as client_app
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.fairness import fairness_summary
-from term_fl.risks import loss_risks
-from term_fl.federation import FederationError, Recorder, run_federation
+from term_fl.maths.fairness import fairness_summary
+from term_fl.maths.risks import loss_risks
+from term_fl.federation.loop import FederationError, Recorder, run_federation
 from term_fl.results import ResultsStore
-from term_fl.runs import run_one
-from term_fl.runs import load_model
+from term_fl.runs.run import run_one
+from term_fl.runs.run import load_model
 
 
 def run_to_store(scenario, tmp_path, name="run"):
@@ -205,7 +205,7 @@ def test_a_run_with_one_good_round_among_failed_ones_finishes():
 def test_a_failed_run_keeps_its_rounds_readable_and_is_marked(tmp_path, monkeypatch):
     scenario = small_scenario("run.engine=inprocess", "run.max_failed_rounds=1", "run.rounds=4")
     store = ResultsStore(tmp_path / "results.db")
-    from term_fl.runs import RunRecorder
+    from term_fl.runs.run import RunRecorder
 
     recorder = RunRecorder(store, tmp_path / "run", run_id="failing-run")
     with pytest.raises(FederationError):
@@ -306,7 +306,7 @@ def test_evaluating_less_often_leaves_the_trained_model_and_the_evaluated_rounds
 
 
 def test_the_summary_says_how_much_the_validation_device_mean_moved_over_the_last_fifth(tmp_path):
-    from term_fl.convergence import FLAT, last_fifth_change
+    from term_fl.comparison.convergence import FLAT, last_fifth_change
 
     scenario = small_scenario("run.engine=inprocess", "run.rounds=10")
     store, recorder = run_to_store(scenario, tmp_path)
@@ -393,7 +393,7 @@ class CountingGrid(InProcessGrid):
 
 
 def test_a_node_table_from_the_engine_replaces_the_partition_query():
-    from term_fl.federation import discover_nodes
+    from term_fl.federation.loop import discover_nodes
 
     grid = CountingGrid(client_app, 6)
     table = {node_id: int(ctx.node_config["partition-id"]) for node_id, ctx in grid._contexts.items()}
@@ -427,7 +427,7 @@ class FailingQueryGrid(CountingGrid):
 
 
 def test_a_failed_partition_query_is_asked_again(caplog):
-    from term_fl.federation import QUERY_TRIES, discover_nodes
+    from term_fl.federation.loop import QUERY_TRIES, discover_nodes
 
     grid = FailingQueryGrid(client_app, 6, fails=QUERY_TRIES - 1)
     table = {node_id: int(ctx.node_config["partition-id"]) for node_id, ctx in grid._contexts.items()}
@@ -438,7 +438,7 @@ def test_a_failed_partition_query_is_asked_again(caplog):
 
 
 def test_a_node_whose_query_always_fails_is_named_after_the_last_try():
-    from term_fl.federation import QUERY_TRIES, discover_nodes
+    from term_fl.federation.loop import QUERY_TRIES, discover_nodes
 
     grid = FailingQueryGrid(client_app, 6, fails=QUERY_TRIES)
     with pytest.raises(FederationError, match=r"5 of 6 partitions answered .* missing partition ids: \[2\]"):

@@ -13,7 +13,7 @@ import pytest
 
 import term_fl.results.schema as results_module
 from term_fl.results import ResultsStore
-from term_fl.runs import Heartbeat
+from term_fl.runs.run import Heartbeat
 
 V1_DUMP = Path(__file__).parent / "data" / "results_v1.sql"
 

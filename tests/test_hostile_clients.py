@@ -1,4 +1,4 @@
-"""Hostile clients: a lying loss or huge weights, without and with the opt-in defences (term_fl.robust)."""
+"""Hostile clients: a lying loss or huge weights, without and with the opt-in defences (term_fl.maths.robust)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import pytest
 
 from conftest import small_scenario
 from term_fl.flower_internals import from_array_record, to_array_record
-from term_fl.client_app import app as client_app
+from term_fl.clientapp.app import app as client_app
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.federation import Recorder, run_federation
-from term_fl.keys import TRAIN_LOSS_BEFORE
-from term_fl.robust import bounded_model, clip_losses, update_norm, update_scales
+from term_fl.federation.loop import Recorder, run_federation
+from term_fl.common.keys import TRAIN_LOSS_BEFORE
+from term_fl.maths.robust import bounded_model, clip_losses, update_norm, update_scales
 
 HOSTILE = 0  # the partition that lies
 

@@ -1,10 +1,10 @@
-"""Properties of term_fl.models, checked against numbers computed by hand or in numpy."""
+"""Properties of term_fl.learning.models, checked against numbers computed by hand or in numpy."""
 
 import numpy as np
 import pytest
 import torch
 
-from term_fl.models import (
+from term_fl.learning.models import (
     MLP,
     LinearSVM,
     LogisticRegression,

@@ -22,12 +22,12 @@ import pytest
 from packaging.requirements import Requirement
 
 import term_fl
-from term_fl.extras import EXTRA_MODULES
+from term_fl.common.extras import EXTRA_MODULES
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 NOT_FOR_STRATEGIES = ("ray", "torch", "fastapi", "plotly")
-# The distribution that provides each module term_fl.extras names.
+# The distribution that provides each module term_fl.common.extras names.
 DISTRIBUTION_OF = {"torch": "torch", "ray": "ray", "plotly": "plotly", "jinja2": "jinja2"}
 
 
@@ -65,7 +65,7 @@ def test_each_module_term_fl_asks_an_extra_for_is_in_that_extra():
 
 
 def test_version_is_the_same_in_pyproject_and_the_package():
-    assert PYPROJECT["project"]["version"] == term_fl.__version__ == "0.2.0"
+    assert PYPROJECT["project"]["version"] == term_fl.__version__ == "0.3.0"
 
 
 def test_the_docker_image_installs_the_sim_and_dashboard_extras():
@@ -122,7 +122,7 @@ def test_strategies_aggregate_where_ray_torch_fastapi_and_plotly_are_absent():
 def test_cli_without_the_sim_extra_names_it(tmp_path):
     result = python(
         f"""
-        from term_fl.cli import main
+        from term_fl.cli.commands import main
         sys.exit(main(["run", "--engine", "inprocess", "--rounds", "1", "--db", {str(tmp_path / "r.db")!r}]))
         """,
         block=("torch",),
@@ -137,7 +137,7 @@ def test_cli_without_the_sim_extra_names_it(tmp_path):
 def test_cli_dashboard_without_its_extra_names_it(tmp_path):
     result = python(
         """
-        from term_fl.cli import main
+        from term_fl.cli.commands import main
         sys.exit(main(["report", "x", "--out", "r.html"]))
         """,
         block=("plotly",),
@@ -208,10 +208,10 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                     "-w", str(wheels), str(src)], check=True, timeout=300, capture_output=True, env=clean_env())
-    (wheel,) = wheels.glob("term_fl-0.2.0-*.whl")
+    (wheel,) = wheels.glob("term_fl-0.3.0-*.whl")
 
     with zipfile.ZipFile(wheel) as archive:
-        metadata = Parser().parsestr(archive.read("term_fl-0.2.0.dist-info/METADATA").decode())
+        metadata = Parser().parsestr(archive.read("term_fl-0.3.0.dist-info/METADATA").decode())
         names = archive.namelist()
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
     assert sorted(r.name for r in requires if r.marker is None) == ["flwr", "numpy"]
@@ -228,7 +228,7 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
                    cwd=work, exe=str(exe))
     assert where.returncode == 0, where.stderr
     location, version = where.stdout.split()
-    assert Path(location).is_relative_to(tmp_path / "venv") and version == "0.2.0", "term_fl comes from the wheel"
+    assert Path(location).is_relative_to(tmp_path / "venv") and version == "0.3.0", "term_fl comes from the wheel"
 
     example = subprocess.run([str(exe), str(REPO / "tests" / "readme_example.py"), str(REPO / "README.md")],
                              cwd=work, capture_output=True, text=True, timeout=300, check=False, env=clean_env())
@@ -243,5 +243,5 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
     (summary_path,) = (work / "runs").glob("*/summary.json")
     summary = json.loads(summary_path.read_text())
     assert summary["status"] == "finished" and summary["rounds_completed"] == 2
-    assert summary["versions"]["term-fl"] == "0.2.0"
+    assert summary["versions"]["term-fl"] == "0.3.0"
     assert (work / "runs" / "results.db").is_file()

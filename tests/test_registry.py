@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from conftest import small_scenario
-from term_fl.comparison import group_cells
+from term_fl.comparison.summaries import group_cells
 from term_fl.config import ConfigError, Scenario, StrategyConfig
 from term_fl.dashboard import compare_view
-from term_fl.federation import build_scenario_strategy
+from term_fl.federation.loop import build_scenario_strategy
 from term_fl.results import ResultsStore
-from term_fl.runs import run_one
+from term_fl.runs.run import run_one
 from term_fl.strategies import STRATEGIES, FedAvg, cell_label
 from term_fl.strategies.registry import COMMON_SETTINGS
 

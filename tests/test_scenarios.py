@@ -128,7 +128,7 @@ def test_noisy_devices_are_reproducible_from_the_seed():
 
 @pytest.mark.slow
 def test_vehicle_sensor_sweep_smoke(tmp_path):
-    from term_fl.sweep import run_sweep
+    from term_fl.cli.sweep import run_sweep
 
     s = load("vehicle-sensor.toml", {"run.rounds": 2})
     s = with_overrides(s, {"sweep": {**s.sweep, "run.seed": [0]}})

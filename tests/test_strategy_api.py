@@ -14,8 +14,8 @@ from flwr.serverapp.strategy import QFedAvg as FlowerQFedAvg
 from mock_replies import mock_reply
 
 from conftest import small_scenario
-from term_fl.federation import build_scenario_strategy
-from term_fl.keys import TRAIN_LOSS_BEFORE
+from term_fl.federation.loop import build_scenario_strategy
+from term_fl.common.keys import TRAIN_LOSS_BEFORE
 from term_fl.strategies import AFL, QFFL, FedAvg, TermFedAvg
 
 FLOWER_FEDAVG = list(inspect.signature(FlowerFedAvg).parameters.values())

@@ -16,7 +16,7 @@ import pytest
 from conftest import vehicle_path
 from term_fl.config import VEHICLE_DATA_ENV, load_scenario, with_overrides
 from term_fl.engines import run_scenario
-from term_fl.federation import Recorder
+from term_fl.federation.loop import Recorder
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 SCENARIOS = [None, *sorted(CONFIGS.glob("*.toml"))]

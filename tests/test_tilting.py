@@ -1,4 +1,4 @@
-"""Properties of term_fl.tilting, checked against a naive second implementation.
+"""Properties of term_fl.maths.tilting, checked against a naive second implementation.
 
 The naive forms below are the paper's formulas typed directly
 (np.log(np.sum(a * np.exp(t * v))) / t) and are only used where exp cannot
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from term_fl.tilting import (
+from term_fl.maths.tilting import (
     TermRound,
     hierarchical_objective,
     running_tilted_weights,

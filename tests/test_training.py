@@ -1,4 +1,4 @@
-"""Properties of term_fl.training, checked against independent (naive or hand-written) computations."""
+"""Properties of term_fl.learning.training, checked against independent (naive or hand-written) computations."""
 
 import json
 import math
@@ -11,8 +11,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from term_fl.models import build_model, get_weights, set_weights
-from term_fl.training import (
+from term_fl.learning.models import build_model, get_weights, set_weights
+from term_fl.learning.training import (
     EvalResult,
     as_tensors,
     evaluate,

@@ -45,7 +45,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 DESCRIPTION = """Read-only fairness dashboard of a term-fl results store.
 
-Statistics are those of DESIGN.md 'Fairness statistics' (keys of `term_fl.fairness`:
+Statistics are those of DESIGN.md 'Fairness statistics' (keys of `term_fl.maths.fairness`:
 `pooled_mean` is the average over test samples, `worst_10` / `best_10` the mean of the
 lowest / highest 10% of device accuracies, `std`, `jain`, loss risks `var`, `cvar`,
 `evar`, `tivar` ...), per split `test` and `val`. Non-finite numbers are `null`.
@@ -204,7 +204,7 @@ def _api_router() -> APIRouter:
         final device accuracies, and the cell chosen on validation; `notices` say what differs and
         what was left out. Its size does not grow with the runs' rounds: the per-round curves are
         `/api/compare/curves`."""
-        # already plain JSON values (term_fl.jsonable.plain): sent as they are, without FastAPI's encoder pass
+        # already plain JSON values (term_fl.common.jsonable.plain): sent as they are, without FastAPI's encoder pass
         return JSONResponse(compare_view.compare(store, run_ids=which["run_ids"], scenario=which["scenario"]))
 
     @api.get("/compare/curves", summary="Per-round curves of the compared cells: mean ± standard error over seeds")

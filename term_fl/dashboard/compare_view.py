@@ -12,7 +12,7 @@ round by SQLite, only for the statistics drawn; a report asks for at most
 a bounded number of rounds per cell (``max_points``).
 
 The rules for cells (one run per seed, labels by what differs, nothing
-pooled silently) are :mod:`term_fl.comparison_cells`'.
+pooled silently) are :mod:`term_fl.comparison.cells`'.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from term_fl import comparison_cells as cc
-from term_fl.comparison import family, select_by_validation
+from term_fl.comparison import cells as cc
+from term_fl.comparison.summaries import family, select_by_validation
 from term_fl.dashboard.queries import (
     CURVE_PANELS,
     DIFFERENCE_STATS,
@@ -41,8 +41,8 @@ from term_fl.dashboard.queries import (
     statistics,
     to_csv,
 )
-from term_fl.jsonable import plain
-from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES, VAL
+from term_fl.common.jsonable import plain
+from term_fl.common.keys import EVAL_SPLITS, SUMMARY_NAMES, VAL
 from term_fl.results import ResultsStore, RunInfo
 from term_fl.strategies.registry import cell_label, strategy_order
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.fairness import STATISTICS, statistics_table
-from term_fl.jsonable import plain
-from term_fl.keys import EVAL_SPLITS, SUMMARY_NAMES
+from term_fl.maths.fairness import STATISTICS, statistics_table
+from term_fl.common.jsonable import plain
+from term_fl.common.keys import EVAL_SPLITS, SUMMARY_NAMES
 from term_fl.results import DAMAGED, ResultsStore, RunInfo, schema
 from term_fl.strategies.registry import PARAM_KEYS
 from term_fl.strategies.registry import STRATEGIES as REGISTRY
@@ -53,9 +53,9 @@ SPLIT_LABELS = {"test": "test", "val": SUMMARY_NAMES["val"]}  # the order the pa
 STRATEGIES = [{"name": spec.name, "label": spec.label} for spec in REGISTRY.values()]  # registry order
 TUNED = {spec.name: spec.tuned[0] for spec in REGISTRY.values() if spec.tuned}  # what a sweep of it varies
 REFERENCE_STRATEGY = "fedavg"  # paired differences, lines in the sweep charts (as comparison.select_by_validation)
-HEADLINE = tuple(s.key for s in STATISTICS if s.headline)  # term_fl.fairness: the compact tables' statistics
+HEADLINE = tuple(s.key for s in STATISTICS if s.headline)  # term_fl.maths.fairness: the compact tables' statistics
 RISKS = tuple(s.key for s in STATISTICS if s.group == "risk")
-# The comparison's views, by statistic key (labels, directions and groups come from term_fl.fairness).
+# The comparison's views, by statistic key (labels, directions and groups come from term_fl.maths.fairness).
 TRADEOFF = {"x": "mean", "y": ["worst_10", "std"], "sweep_stats": ["mean", "worst_10", "std"]}
 COMPARE_STATS = tuple(dict.fromkeys((TRADEOFF["x"], *HEADLINE)))  # the cells table: device mean, then the headline
 DIFFERENCE_STATS = ("mean", "worst_10", "std")  # paired differences against the reference
@@ -66,7 +66,7 @@ CURVE_PANELS = [
 
 
 def statistics() -> list[dict[str, Any]]:
-    """Every statistic (key, label, group, direction, headline, description ...), as term_fl.fairness lists them."""
+    """Every statistic (key, label, group, direction, headline, description ...), as term_fl.maths.fairness lists them."""
     return statistics_table()
 
 

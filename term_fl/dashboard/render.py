@@ -18,8 +18,8 @@ from typing import Any
 import jinja2
 import plotly
 
-from term_fl.fairness import GROUPS, STATISTICS, statistics_table
-from term_fl.jsonable import plain
+from term_fl.maths.fairness import GROUPS, STATISTICS, statistics_table
+from term_fl.common.jsonable import plain
 from term_fl.strategies.registry import PARAM_KEYS
 
 STATIC_DIR = Path(__file__).with_name("static")
@@ -94,7 +94,7 @@ def environment() -> jinja2.Environment:
                        file_stem=file_stem)  # fmt: skip
     env.globals.update(
         PARAM_KEYS=PARAM_KEYS,  # the strategies' parameters (term_fl.strategies.registry)
-        STATISTICS=STATISTICS,  # every statistic (term_fl.fairness), in table order
+        STATISTICS=STATISTICS,  # every statistic (term_fl.maths.fairness), in table order
         HEADLINE=[s for s in STATISTICS if s.headline],  # the compact tables' statistics
         GROUPS=GROUPS,  # one chart per group of statistics
         STATISTICS_JSON=script_json(statistics_table()),  # the same table for the page scripts

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from term_fl.dashboard import compare_view, queries
 from term_fl.dashboard.render import render
-from term_fl.keys import EVAL_SPLITS
+from term_fl.common.keys import EVAL_SPLITS
 from term_fl.results import ResultsStore
 
 

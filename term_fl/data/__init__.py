@@ -8,7 +8,7 @@ float32 ``(n, d)``, labels int64 class indices ``0..C-1``.
 Modules: ``types`` (containers), ``synthetic`` (Synthetic(alpha, beta)),
 ``vehicle`` (SensIT JSON loader), ``splits`` (seeded splits and their
 rounding rule), ``noise`` (corrupting chosen devices), ``build``
-(``build_dataset``). Every generator comes from :mod:`term_fl.seeding`.
+(``build_dataset``). Every generator comes from :mod:`term_fl.common.seeding`.
 """
 
 from .build import DATASET_NAMES, build_dataset, dataset_for

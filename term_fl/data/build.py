@@ -10,7 +10,7 @@ import numpy as np
 
 from .errors import DataError
 from .noise import check_noise, corrupt_device, noise_metadata, select_noisy_devices
-from term_fl.seeding import NOISE_TAG, SPLIT_TAG, check_seed, device_rng
+from term_fl.common.seeding import NOISE_TAG, SPLIT_TAG, check_seed, device_rng
 from .splits import check_fractions, split_indices, split_sizes
 from .synthetic import NUM_CLASSES, NUM_FEATURES, SyntheticGenerator
 from .types import DeviceData, FederatedDataset

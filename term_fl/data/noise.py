@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.seeding import NOISE_SELECT_TAG, dataset_rng
+from term_fl.common.seeding import NOISE_SELECT_TAG, dataset_rng
 
 from .errors import DataError
 from .types import DeviceData

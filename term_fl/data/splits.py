@@ -1,7 +1,7 @@
 """Seeded train / validation / test split of one device.
 
 Each device is shuffled with its own generator (``[seed, k, SPLIT_TAG]``,
-see :mod:`term_fl.seeding`) and cut into train, val and test, in that
+see :mod:`term_fl.common.seeding`) and cut into train, val and test, in that
 order of the shuffled samples.
 
 Rounding rule, for a device of n samples and fractions

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.seeding import DEVICE_TAG, SIZES_TAG, check_seed, dataset_rng, device_rng
+from term_fl.common.seeding import DEVICE_TAG, SIZES_TAG, check_seed, dataset_rng, device_rng
 from .splits import MIN_DEVICE_SAMPLES
 
 NUM_FEATURES = 60

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from term_fl.keys import DATA_SPLITS
+from term_fl.common.keys import DATA_SPLITS
 
 Split = Literal["train", "val", "test"]
 

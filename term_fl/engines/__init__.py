@@ -2,7 +2,7 @@
 
 The server loop is imported when a scenario runs, not with the package: a
 ClientApp process that imports the engines' client cache
-(:mod:`term_fl.engines.client_cache`) needs none of it.
+(:mod:`term_fl.clientapp.cache`) needs none of it.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, ContextManager
 
 from term_fl.config import ConfigError, Scenario, check_fits_dataset
 from term_fl.data import dataset_for
-from term_fl.errors import EngineStartError
+from term_fl.common.errors import EngineStartError
 
 if TYPE_CHECKING:
-    from term_fl.federation import FederationResult, Recorder, RoundRecord
+    from term_fl.federation.loop import FederationResult, Recorder, RoundRecord
 
 __all__ = ["ENGINES", "EngineStartError", "check_machine", "engine_session", "run_scenario"]
 
@@ -28,7 +28,7 @@ def check_machine(scenario: Scenario) -> None:
     (``client.device``) or GPUs per client (``resources.num_gpus``) that are
     not here would otherwise fail every client of every round.
     """
-    from term_fl.training import resolve_device
+    from term_fl.learning.training import resolve_device
 
     try:
         resolve_device(scenario.client.device)
@@ -60,7 +60,7 @@ def run_scenario(
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
     """Run one scenario on the engine ``scenario.run.engine`` names (and, in-process, ``run.executor``)."""
-    from term_fl.federation import run_federation
+    from term_fl.federation.loop import run_federation
 
     if scenario.run.executor != "sequential" and scenario.run.engine != "inprocess":
         raise ConfigError(
@@ -73,14 +73,14 @@ def run_scenario(
     num_nodes = dataset.num_devices
     check_fits_dataset(scenario, num_nodes)
     if scenario.run.engine == "inprocess":
-        from term_fl.client_app import make_client_app
-        from term_fl.engines.client_cache import ClientCache
+        from term_fl.clientapp.app import make_client_app
+        from term_fl.clientapp.cache import ClientCache
         from term_fl.engines.inprocess import InProcessGrid
 
         cache = ClientCache()  # the run's own client caches, shared with its cohort executor
         executor = None
         if scenario.run.executor == "cohort":
-            from term_fl.engines.cohort import CohortExecutor
+            from term_fl.engines.cohort_executor import CohortExecutor
 
             executor = CohortExecutor(cache)
         grid = InProcessGrid(make_client_app(cache), num_nodes, executor=executor)

@@ -4,12 +4,12 @@ The linear message dispatcher of :mod:`term_fl.flower_internals` replaces
 Flower 1.42's (nodes x messages per poll) while a simulation runs.
 
 ``run_flower_simulation`` starts a private Ray instance (own temp folder, no
-usage stats, no dashboard), runs ``term_fl.federation.run_federation`` as the
-ServerApp and ``term_fl.client_app.app`` on ``num_nodes`` virtual
+usage stats, no dashboard), runs ``term_fl.federation.loop.run_federation`` as the
+ServerApp and ``term_fl.clientapp.app.app`` on ``num_nodes`` virtual
 SuperNodes, and shuts Ray down afterwards, whatever happened, so nothing is
 left running. Ray is started here, not inside Flower, so that a Ray that
 cannot start, or cannot host one client, ends in one
-:class:`term_fl.errors.EngineStartError` naming the cause within seconds;
+:class:`term_fl.common.errors.EngineStartError` naming the cause within seconds;
 an engine that stops during the run ends the server loop at once with an
 :class:`EngineError` (the run is recorded as failed).
 
@@ -40,14 +40,14 @@ from typing import Any
 from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
-from term_fl.engines.client_cache import app as client_app
+from term_fl.clientapp.cache import app as client_app
 from term_fl.config import Scenario
 from term_fl.engines.watchdog import orphan_guard
-from term_fl.errors import EngineStartError
-from term_fl.extras import require
+from term_fl.common.errors import EngineStartError
+from term_fl.common.extras import require
 from term_fl.flower_internals import LOCK_SHARE, ActorReuse, linear_dispatcher, reusing_client_actors
 from term_fl.flower_internals import simulation_node_table
-from term_fl.federation import FederationError, FederationResult, Recorder, RoundRecord, run_federation
+from term_fl.federation.loop import FederationError, FederationResult, Recorder, RoundRecord, run_federation
 
 log = logging.getLogger("term_fl")
 
@@ -66,7 +66,7 @@ class EngineError(FederationError):
     """The engine stopped during a run (Flower's Simulation Engine, Ray); the run is recorded as failed.
 
     The message names the cause and a next step. An engine that cannot start
-    at all raises :class:`term_fl.errors.EngineStartError` instead.
+    at all raises :class:`term_fl.common.errors.EngineStartError` instead.
     """
 
 
@@ -328,7 +328,7 @@ class StoppableGrid(Grid):
 
 # How long Ctrl-C waits for the server loop to record the run as interrupted,
 # and then for Ray to shut down; what Ray leaves after that, the watchdog
-# (term_fl.engines.watchdog) ends once the process exits (term_fl.cli.entry
+# (term_fl.engines.watchdog) ends once the process exits (term_fl.cli.commands.entry
 # exits without joining Flower's threads). Together well under 5 s.
 STOP_GRACE_S = 2.0
 INTERRUPTED_SHUTDOWN_S = 1.5

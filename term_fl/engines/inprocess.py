@@ -1,6 +1,6 @@
 """The in-process engine: a Grid that hands Messages straight to the ClientApp.
 
-Same server loop (term_fl.federation), same strategies, same ClientApp as
+Same server loop (term_fl.federation.loop), same strategies, same ClientApp as
 the Flower engines; only the transport differs: no Ray, no SuperLink, no
 serialisation. Node ids are random, as Flower's are, so the server must
 sample by partition-id to be reproducible, exactly as with Flower.
@@ -8,7 +8,7 @@ sample by partition-id to be reproducible, exactly as with Flower.
 Replies are computed when messages are pushed, one client at a time, with
 ``torch.set_num_threads(1)`` as in Flower's virtual clients; a client that
 raises becomes an error reply, as in Flower's Simulation Engine. With an
-``executor`` (``run.executor = "cohort"``, :mod:`term_fl.engines.cohort`)
+``executor`` (``run.executor = "cohort"``, :mod:`term_fl.engines.cohort_executor`)
 a batch of train or evaluate messages is answered by one batched
 computation instead, also single-threaded.
 """
@@ -26,9 +26,9 @@ from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from term_fl.engines.cohort import CohortExecutor
+from term_fl.engines.cohort_executor import CohortExecutor
 from term_fl.flower_internals import Run, act_as_serverapp, set_message_id
-from term_fl.keys import NUM_PARTITIONS, PARTITION_ID
+from term_fl.common.keys import NUM_PARTITIONS, PARTITION_ID
 
 CLIENT_APP_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 

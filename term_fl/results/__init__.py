@@ -39,7 +39,7 @@ Tables (``PRAGMA user_version`` holds :data:`SCHEMA_VERSION`,
     ``correct``, ``examples``.
 ``round_stats``
     Per round and split: the fairness statistics and loss risks as
-    ``stats_json`` (keys of :mod:`term_fl.fairness`), plus real columns for
+    ``stats_json`` (keys of :mod:`term_fl.maths.fairness`), plus real columns for
     the ones a table sorts on (mean, pooled_mean, worst_10, best_10, std)
     and for the loss risks a comparison draws per round (var, cvar, evar,
     tivar; schema version 4).

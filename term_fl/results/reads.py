@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.keys import EVAL_SPLITS
+from term_fl.common.keys import EVAL_SPLITS
 
 from . import schema
 from .rows import RunInfo, _as_int, _check_split, _columns, _convert, _nan_for_null, _nan_if_none, _run_info

@@ -11,8 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.jsonable import plain
-from term_fl.keys import EVAL_SPLITS
+from term_fl.common.jsonable import plain
+from term_fl.common.keys import EVAL_SPLITS
 
 from . import schema
 

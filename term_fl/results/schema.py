@@ -11,7 +11,7 @@ import json
 import sqlite3
 from collections.abc import Callable
 
-from term_fl.keys import EVAL_SPLITS
+from term_fl.common.keys import EVAL_SPLITS
 
 SCHEMA_VERSION = 4
 READABLE_VERSIONS = (1, 2, 3, 4)  # read-only opening reads these as they are

@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from term_fl.keys import EVAL_SPLITS
+from term_fl.common.keys import EVAL_SPLITS
 
 from .errors import DuplicateRoundError, StoreError
 from .rows import _EVAL_ROWS, _TRAIN_ROWS, EvalRow, TrainRow, _as_finite_real, _as_int, _as_real, _convert, _dumps, _RowSpec

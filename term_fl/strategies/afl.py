@@ -36,7 +36,7 @@ from flwr.supercore import log
 from numpy.typing import ArrayLike, NDArray
 from pydantic import Field
 
-from term_fl.arrays import finite_vector
+from term_fl.common.arrays import finite_vector
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .reports import Diagnostics

@@ -38,9 +38,9 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.flower_internals import from_array_record
-from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, PARTITION_ID, SERVER_ROUND, TRAIN_LOSS_BEFORE
-from term_fl.robust import bounded_model, clip_losses, update_norm, update_scales
-from term_fl.seeding import EVAL_SAMPLING, TRAIN_SAMPLING
+from term_fl.common.keys import ARRAYS, CONFIG, NUM_EXAMPLES, PARTITION_ID, SERVER_ROUND, TRAIN_LOSS_BEFORE
+from term_fl.maths.robust import bounded_model, clip_losses, update_norm, update_scales
+from term_fl.common.seeding import EVAL_SAMPLING, TRAIN_SAMPLING
 
 from .arithmetic import combine_models, local_models, record_like
 from .replies import (
@@ -116,7 +116,7 @@ def missing_loss_error(strategy: str, key: str, server_round: int, replies: int)
         f"{strategy} weights each client by F_k, the loss of the received global model on the client's "
         f"training data, measured before local training, which it reads from the metric '{key}'; none of "
         f"the {replies} training replies of round {server_round} carries it. Add two lines to the "
-        "ClientApp's train function (from term_fl.client import pre_training_loss):\n"
+        "ClientApp's train function (from term_fl.plugin.losses import pre_training_loss):\n"
         "    loss_before = pre_training_loss(model, trainloader, loss_fn)  "
         "# after loading the received weights, before training\n"
         f'    metrics["{key}"] = loss_before  # in the reply\'s MetricRecord\n'
@@ -192,11 +192,11 @@ class FedAvg(FlowerFedAvg):
     clip_loss : float (default: 0.0, off)
         Defence against a client that lies about its loss: a reported loss
         above ``clip_loss`` x the round's median is lowered to it before the
-        round function sees it (:func:`term_fl.robust.clip_losses`); 0 or >= 1.
+        round function sees it (:func:`term_fl.maths.robust.clip_losses`); 0 or >= 1.
     max_update_norm : float (default: 0.0, off)
         Defence against a client that sends huge weights: an update
         w_k - w longer than ``max_update_norm`` x the round's median update
-        norm is scaled down to it (:func:`term_fl.robust.update_scales`);
+        norm is scaled down to it (:func:`term_fl.maths.robust.update_scales`);
         0 or >= 1.
     clients_per_round : int or None (default: None)
         Number of partitions sampled for training each round, honoured exactly
@@ -472,7 +472,7 @@ class FedAvg(FlowerFedAvg):
         _log_report(report)
         return self._record(TrainOutcome(arrays, metrics, report))
 
-    # --- opt-in defences against hostile clients (term_fl.robust) -----------
+    # --- opt-in defences against hostile clients (term_fl.maths.robust) -----------
 
     def _defended_losses(self, replies: Sequence[Message], losses: NDArray[np.float64]) -> NDArray[np.float64]:
         """The reported losses, those above ``clip_loss`` x the round's median lowered to it."""

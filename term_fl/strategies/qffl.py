@@ -30,7 +30,7 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 from pydantic import Field
 
-from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE
+from term_fl.common.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .settings import LOSS_KEYS, Settings, loss_reduction_field
@@ -99,7 +99,7 @@ class QFFL(FedAvg):
     ("train_loss_before", not "train_loss": Flower's examples send that key
     as the mean loss *during* local training); term-fl's own are keywords.
     A round in which no reply carries ``train_loss_key`` is an error that says
-    what to add to the ClientApp (:func:`term_fl.client.pre_training_loss`).
+    what to add to the ClientApp (:func:`term_fl.plugin.losses.pre_training_loss`).
 
     Parameters
     ----------

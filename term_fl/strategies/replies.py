@@ -19,7 +19,7 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.flower_internals import from_array, records_of
-from term_fl.keys import PARTITION_ID
+from term_fl.common.keys import PARTITION_ID
 
 from .reports import ExcludedReply
 

@@ -2,7 +2,7 @@
 
 Flower assigns random node ids per run and its own sampling is not seeded:
 once the server knows which node holds which partition, it samples partition
-ids with a generator of :func:`term_fl.seeding.sampling_rng`, so the same
+ids with a generator of :func:`term_fl.common.seeding.sampling_rng`, so the same
 seed selects the same devices whatever node ids Flower assigns.
 """
 
@@ -13,7 +13,7 @@ from logging import WARNING
 
 from flwr.supercore import log
 
-from term_fl.seeding import sampling_rng
+from term_fl.common.seeding import sampling_rng
 
 __all__ = ["PartitionSampler"]
 

@@ -5,7 +5,7 @@ range, description); :mod:`term_fl.config` builds the scenario's
 ``[strategy]`` table from these models through the registry, and the
 strategy class validates its arguments with the same model: one rule, one
 message. :class:`Defences` are the settings every strategy takes (the
-FedAvg template's opt-in defences, :mod:`term_fl.robust`).
+FedAvg template's opt-in defences, :mod:`term_fl.maths.robust`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from term_fl.keys import TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
+from term_fl.common.keys import TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
 
 __all__ = ["LOSS_KEYS", "Defences", "Settings", "loss_reduction_field"]
 
@@ -60,7 +60,7 @@ OffOrRatio = Annotated[float, AfterValidator(_off_or_ratio)]
 
 
 class Defences(Settings):
-    """Opt-in defences against hostile clients (:mod:`term_fl.robust`), settings of every strategy."""
+    """Opt-in defences against hostile clients (:mod:`term_fl.maths.robust`), settings of every strategy."""
 
     clip_loss: OffOrRatio = Field(
         0.0, ge=0.0, le=1e6, allow_inf_nan=False,

@@ -10,7 +10,7 @@ report its tau-tilted loss as F_k).  Each round, over the valid replies:
     p_k = a_k exp(t F_k - t Rt),
     w  <- w - eta_s sum_k p_k (w - w_k).
 
-The math lives in :mod:`term_fl.tilting`; the round function
+The math lives in :mod:`term_fl.maths.tilting`; the round function
 (:meth:`TermFedAvg.round_step`) turns it into coefficients, with Rt as the
 strategy's state.
 """
@@ -27,8 +27,8 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 from pydantic import Field
 
-from term_fl.keys import ARRAYS, CONFIG, NUM_EXAMPLES
-from term_fl.tilting import term_round
+from term_fl.common.keys import ARRAYS, CONFIG, NUM_EXAMPLES
+from term_fl.maths.tilting import term_round
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .reports import Diagnostics
@@ -73,7 +73,7 @@ class TermFedAvg(FedAvg):
     is FedAvg. Every training round needs F_k from the clients, at any t
     (t = 0 included): a round in which no reply carries ``train_loss_key`` is
     an error that says what to add to the ClientApp
-    (:func:`term_fl.client.pre_training_loss`).
+    (:func:`term_fl.plugin.losses.pre_training_loss`).
 
     Arguments in the order of Flower's QFedAvg, the tilt ``t`` in place of its
     ``client_learning_rate, q``: ``t``, ``train_loss_key``, then Flower's
@@ -90,7 +90,7 @@ class TermFedAvg(FedAvg):
         average. With t > 0 the weights trust the clients' reported losses:
         one client that reports a huge F_k takes all the weight
         (``clip_loss`` of :class:`term_fl.strategies.FedAvg` bounds that; see
-        :mod:`term_fl.robust`).
+        :mod:`term_fl.maths.robust`).
     train_loss_key : str or None (default: None)
         Metric key of F_k, the loss of the received global model on the
         client's training data measured before local training; None picks it
@@ -170,7 +170,7 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
         return self.state
 
     def round_step(self, inputs: RoundInputs, state: float | None) -> tuple[Aggregation, float]:
-        """c_k = p_k and g = 1 - sum_k p_k from :func:`term_fl.tilting.term_round` (eta_s applied by FedAvg); the state is Rt."""
+        """c_k = p_k and g = 1 - sum_k p_k from :func:`term_fl.maths.tilting.term_round` (eta_s applied by FedAvg); the state is Rt."""
         base = inputs.num_examples if self.base_weighting == "num_examples" else None
         result = term_round(inputs.losses, base, self.t, self.lam, state)
         sums_to_one = self.lam == 1.0 or self.t == 0.0

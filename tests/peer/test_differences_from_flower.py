@@ -17,7 +17,7 @@ from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from flwr.serverapp.strategy import QFedAvg
 from mock_replies import mock_reply
 
-from term_fl.client import TRAIN_LOSS_BEFORE
+from term_fl.plugin.losses import TRAIN_LOSS_BEFORE
 from term_fl.strategies import QFFL, FedAvg, TermFedAvg
 
 GLOBAL = {"w": np.array([1.0, 2.0], dtype=np.float32), "bn.num_batches_tracked": np.array(10, dtype=np.int64)}

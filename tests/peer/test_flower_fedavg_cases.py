@@ -41,7 +41,7 @@ from flwr.app import ArrayRecord, Message
 from flwr.serverapp.strategy import FedAvgM
 from mock_replies import mock_reply
 
-from term_fl.client import TRAIN_LOSS_BEFORE
+from term_fl.plugin.losses import TRAIN_LOSS_BEFORE
 from term_fl.strategies import FedAvg, TermFedAvg
 
 # name -> (the class under test, whether its mock replies carry the loss)

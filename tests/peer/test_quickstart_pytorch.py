@@ -3,7 +3,7 @@
 ``quickstart_pytorch/`` (see README.md beside this file) runs for 3 rounds on
 4 virtual SuperNodes in Flower's Simulation Engine through ``flwr run APP``
 (tests/flwr_local.py), once with FedAvg, TermFedAvg and QFFL. Its clients
-add the two lines of ``term_fl.client.pre_training_loss``. Every round must
+add the two lines of ``term_fl.plugin.losses.pre_training_loss``. Every round must
 aggregate every reply (the 0-d int64 ``num_batches_tracked`` keeps its shape
 and dtype, so no reply is excluded for a shape mismatch from round 2 on) and
 change the model; TERM must tilt by the pre-training losses, not by Flower's

@@ -4,7 +4,7 @@
 // text (textContent, never HTML), Plotly wrappers and polling.
 const TermFL = (() => {
   const page = document.getElementById("page");
-  // Every statistic (key, label, group, direction, headline ...), as term_fl.fairness.STATISTICS lists it.
+  // Every statistic (key, label, group, direction, headline ...), as term_fl.maths.fairness.STATISTICS lists it.
   const STATISTICS = JSON.parse(document.getElementById("statistics").textContent);
   const inline = document.getElementById("report-data");
   const report = inline ? JSON.parse(inline.textContent) : null;

@@ -7,7 +7,7 @@ from flwr.clientapp import ClientApp
 from pytorchexample.task import Net, load_data
 from pytorchexample.task import test as test_fn
 from pytorchexample.task import train as train_fn
-from term_fl.client import pre_training_loss  # term-fl
+from term_fl.plugin.losses import pre_training_loss  # term-fl
 
 # Flower ClientApp
 app = ClientApp()

@@ -24,14 +24,14 @@ import torch
 import term_fl
 from term_fl import results
 from term_fl.config import ConfigError, Scenario, baseline_hash, config_hash
-from term_fl.convergence import FLAT, last_fifth_change
+from term_fl.comparison.convergence import FLAT, last_fifth_change
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
-from term_fl.fairness import fairness_summary
-from term_fl.federation import FederationResult, Recorder, RoundRecord
-from term_fl.jsonable import plain
-from term_fl.keys import SUMMARY_NAMES, TEST, VAL
-from term_fl.models import TermModel, model_for, set_weights
+from term_fl.maths.fairness import fairness_summary
+from term_fl.federation.loop import FederationResult, Recorder, RoundRecord
+from term_fl.common.jsonable import plain
+from term_fl.common.keys import SUMMARY_NAMES, TEST, VAL
+from term_fl.learning.models import TermModel, model_for, set_weights
 from term_fl.results import ResultsStore
 
 log = logging.getLogger("term_fl")
@@ -313,7 +313,7 @@ class RunRecorder(Recorder):
         )
         # The store row first, then summary.json (atomically): a crash between
         # the two leaves a finished row without summary.json, which the sweep
-        # rewrites from the row (term_fl.sweep.finished_summary), never a
+        # rewrites from the row (term_fl.cli.sweep.finished_summary), never a
         # finished summary.json beside a row that says otherwise.
         self.store.finish_run(self.run_id, status, summary=self.summary, error=error)
         write_summary(self.run_dir, self.summary)

@@ -32,10 +32,10 @@ from typing import Generic, TypeVar
 
 from flwr.app import ArrayRecord
 
-from term_fl.client_app import DeviceTensors, Setting, Workspace, make_client_app
+from term_fl.clientapp.app import DeviceTensors, Setting, Workspace, make_client_app
 from term_fl.flower_internals import from_array_record
-from term_fl.models import TermModel, model_for, set_weights
-from term_fl.training import move_model
+from term_fl.learning.models import TermModel, model_for, set_weights
+from term_fl.learning.training import move_model
 
 __all__ = ["MAX_DEVICES", "MAX_SCENARIOS", "ClientCache", "app", "process_cache"]
 
@@ -77,7 +77,7 @@ class _Models:
 
 
 class ClientCache(Workspace):
-    """A :class:`~term_fl.client_app.Workspace` that keeps scenarios, models and device tensors."""
+    """A :class:`~term_fl.clientapp.app.Workspace` that keeps scenarios, models and device tensors."""
 
     def __init__(self, max_scenarios: int = MAX_SCENARIOS, max_devices: int = MAX_DEVICES) -> None:
         self._settings: LastUsed[str, Setting] = LastUsed(max_scenarios)

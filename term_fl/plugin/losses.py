@@ -12,7 +12,7 @@ adds two lines to its ``@app.train()`` function::
     ...                                                              # local training, as before
     metrics["train_loss_before"] = loss_before                       # in the reply's MetricRecord
 
-plus ``from term_fl.client import pre_training_loss``. A Flower Mod cannot do
+plus ``from term_fl.plugin.losses import pre_training_loss``. A Flower Mod cannot do
 this for the client: it sees Messages, not the client's model, data and loss.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from term_fl.keys import TRAIN_LOSS_BEFORE
+from term_fl.common.keys import TRAIN_LOSS_BEFORE
 
 __all__ = ["TRAIN_LOSS_BEFORE", "pre_training_loss"]
 

@@ -28,16 +28,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from term_fl.comparison import CLEAN, TAIL, group_cells, select_by_validation, significant
-from term_fl.comparison_cells import format_value, short_names
+from term_fl.comparison.summaries import CLEAN, TAIL, group_cells, select_by_validation, significant
+from term_fl.comparison.cells import format_value, short_names
 from term_fl.config import Scenario, baseline_hash, config_hash, sweep_cells, with_overrides
-from term_fl.convergence import FLAT, tail_means
-from term_fl.console import RoundProgress, make_console
+from term_fl.comparison.convergence import FLAT, tail_means
+from term_fl.cli.console import RoundProgress, make_console
 from term_fl.engines import engine_session
-from term_fl.fairness import STATISTICS, fairness_summary, statistic
-from term_fl.keys import SUMMARY_NAMES, VAL
+from term_fl.maths.fairness import STATISTICS, fairness_summary, statistic
+from term_fl.common.keys import SUMMARY_NAMES, VAL
 from term_fl.results import ResultsStore
-from term_fl.runs import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
+from term_fl.runs.run import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
 
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 

@@ -1,6 +1,6 @@
 """The answer to the server's node-discovery query: which partition this node holds.
 
-Kept apart from :mod:`term_fl.client_app` so that answering it imports only
+Kept apart from :mod:`term_fl.clientapp.app` so that answering it imports only
 Flower: in the Deployment Engine every message is a fresh ClientApp process,
 and a query needs neither torch nor the data nor the scenario.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
-from term_fl.keys import METRICS, NUM_PARTITIONS, PARTITION_ID
+from term_fl.common.keys import METRICS, NUM_PARTITIONS, PARTITION_ID
 
 
 def partition_reply(msg: Message, context: Context) -> Message:

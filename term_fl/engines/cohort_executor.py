@@ -3,9 +3,9 @@
 ``run.executor = "cohort"`` hands each batch of train (or evaluate) messages
 that the in-process Grid receives to :class:`CohortExecutor`, which trains
 (or evaluates) every addressed device together with
-:func:`term_fl.cohort.train_cohort` (:func:`term_fl.cohort.evaluate_cohort`)
+:func:`term_fl.learning.cohort_training.train_cohort` (:func:`term_fl.learning.cohort_training.evaluate_cohort`)
 and answers each message with the reply term-fl's ClientApp would send
-(:func:`term_fl.client_app.train_reply` / :func:`~term_fl.client_app.evaluate_reply`):
+(:func:`term_fl.clientapp.app.train_reply` / :func:`~term_fl.clientapp.app.evaluate_reply`):
 same keys, same seeds per (run seed, round, partition-id), values equal to
 float32 rounding. The Grid delivers a batch message by message, as with the
 sequential executor, when the executor declines it: a model other than the
@@ -31,13 +31,13 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType
 
-from term_fl.client_app import Setting, Workspace, evaluate_reply, train_reply
-from term_fl.cohort import evaluate_cohort, supports, train_cohort
+from term_fl.clientapp.app import Setting, Workspace, evaluate_reply, train_reply
+from term_fl.learning.cohort_training import evaluate_cohort, supports, train_cohort
 from term_fl.data import FederatedDataset
-from term_fl.keys import ARRAYS, CONFIG, EVAL_SPLITS, NUM_PARTITIONS, PARTITION_ID, SCENARIO, SERVER_ROUND
-from term_fl.models import TermModel
-from term_fl.seeding import derive_seed
-from term_fl.training import as_tensors
+from term_fl.common.keys import ARRAYS, CONFIG, EVAL_SPLITS, NUM_PARTITIONS, PARTITION_ID, SCENARIO, SERVER_ROUND
+from term_fl.learning.models import TermModel
+from term_fl.common.seeding import derive_seed
+from term_fl.learning.training import as_tensors
 
 log = logging.getLogger("term_fl")
 
@@ -92,7 +92,7 @@ class CohortExecutor:
     """Answers a batch of train or evaluate messages for term-fl's ClientApp in one batched computation.
 
     Owned by one :class:`term_fl.engines.inprocess.InProcessGrid`. ``workspace``
-    is the run's :class:`~term_fl.engines.client_cache.ClientCache`, shared
+    is the run's :class:`~term_fl.clientapp.cache.ClientCache`, shared
     with its ClientApp: the same parsed scenario, dataset and global-model
     worker. The executor keeps, per setting, every device's splits stacked
     (:class:`FederationTensors`), or that it declines the setting.

@@ -442,7 +442,7 @@ def simulation_node_table() -> Iterator[Callable[[float], Mapping[int, int] | No
     ``i`` holding partition ``i``, and returns ``{node_id: partition_id}``; the
     engine builds every node's ``node_config`` (``partition-id``) from it. This
     records the table it returns and yields a function that waits up to the
-    given seconds for it (:data:`term_fl.federation.NodePartitions`), so that
+    given seconds for it (:data:`term_fl.federation.loop.NodePartitions`), so that
     the server need not ask 10,000 nodes which partition each holds (10,000
     Ray round trips; benchmarks/README.md, 'discovery'). Yields None (ask
     every node) without the fast paths or with ``TERM_FL_DISCOVERY=query``.

@@ -2,7 +2,7 @@
 
 Every model is a :class:`TermModel`: ``forward(x)`` gives scores, and the
 loss is exposed *per sample* (``per_sample_loss``) so that training can tilt
-it (TERM's sample-level tilt, see :func:`term_fl.training.tilted_mean`).
+it (TERM's sample-level tilt, see :func:`term_fl.learning.training.tilted_mean`).
 Labels are ``int64`` class indices ``0..C-1``; the linear SVM maps 0/1 to
 -1/+1 inside its loss.
 

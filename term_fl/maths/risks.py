@@ -12,7 +12,7 @@ and Applications" (T. Li, A. Beirami, M. Sanjabi, V. Smith, JMLR 24, 2023):
 
 with VaR <= TiVaR <= EVaR and VaR <= CVaR <= EVaR. EVaR and TiVaR are
 minimised over t by a vectorised grid-and-bracket search in log |t|
-(:func:`_minimise_over_tau`). Their names in :data:`term_fl.fairness.STATISTICS`
+(:func:`_minimise_over_tau`). Their names in :data:`term_fl.maths.fairness.STATISTICS`
 are ``var``, ``cvar``, ``evar``, ``tivar``. No I/O, no Flower, no torch.
 """
 
@@ -25,7 +25,7 @@ from fractions import Fraction
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from term_fl.arrays import finite_vector
+from term_fl.common.arrays import finite_vector
 
 __all__ = [
     "conditional_value_at_risk",

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from term_fl.arrays import finite_vector
+from term_fl.common.arrays import finite_vector
 
 __all__ = [
     "TermRound",

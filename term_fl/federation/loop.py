@@ -23,9 +23,9 @@ from flwr.serverapp import Grid
 
 from term_fl.config import Scenario, check_fits_dataset
 from term_fl.data import FederatedDataset, dataset_for
-from term_fl.fairness import fairness_summary
+from term_fl.maths.fairness import fairness_summary
 from term_fl.flower_internals import to_array_record
-from term_fl.keys import (
+from term_fl.common.keys import (
     CONFIG,
     EVAL_METRICS,
     EVAL_SPLITS,
@@ -35,8 +35,8 @@ from term_fl.keys import (
     TRAIN_LOSS_AFTER,
     eval_key,
 )
-from term_fl.models import get_weights, model_for
-from term_fl.risks import loss_risks
+from term_fl.learning.models import get_weights, model_for
+from term_fl.maths.risks import loss_risks
 from term_fl.strategies import STRATEGIES, EvaluationReport, FedAvg, TrainReport
 from term_fl.strategies.registry import COMMON_SETTINGS
 from term_fl.strategies.replies import metrics_of

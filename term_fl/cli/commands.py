@@ -12,8 +12,8 @@ import traceback
 from pathlib import Path
 
 from term_fl.data.errors import DataError
-from term_fl.errors import ConfigError, EngineStartError
-from term_fl.extras import MissingExtraError, require
+from term_fl.common.errors import ConfigError, EngineStartError
+from term_fl.common.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
@@ -122,14 +122,14 @@ def output_dir(args: argparse.Namespace) -> Path | None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from term_fl.client_app import dataset_for
+    from term_fl.clientapp.app import dataset_for
     from term_fl.config import load_scenario, reference_scenario, with_overrides
-    from term_fl.console import (RoundPrinter, RoundProgress, fairness_table, make_console, reference_table,
+    from term_fl.cli.console import (RoundPrinter, RoundProgress, fairness_table, make_console, reference_table,
                                  route_logs, run_header)
     from term_fl.engines import check_machine, engine_session
-    from term_fl.federation import FederationError
+    from term_fl.federation.loop import FederationError
     from term_fl.results import ResultsStore
-    from term_fl.runs import run_one
+    from term_fl.runs.run import run_one
 
     scenario = load_scenario(args.config, resolve_overrides(args))
     if args.no_reference:
@@ -178,7 +178,7 @@ def _beside(out: Path | None, suffix: str) -> Path | None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from term_fl.config import load_scenario
-    from term_fl.sweep import run_sweep
+    from term_fl.cli.sweep import run_sweep
 
     scenario = load_scenario(args.config, resolve_overrides(args))
     if not scenario.sweep:
@@ -186,7 +186,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             f"scenario {scenario.name!r} has no [sweep] table; add one such as "
             '"strategy.name" = ["fedavg", "qffl", "term"] and "run.seed" = [0, 1, 2]'
         )
-    from term_fl.console import make_console, route_logs
+    from term_fl.cli.console import make_console, route_logs
 
     console = make_console()
     route_logs(console, args.verbose)

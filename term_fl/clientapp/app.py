@@ -6,7 +6,7 @@ code runs in Flower's Simulation Engine, in the Deployment Engine and in the
 in-process engine. A message's dataset, model and tensors come from a
 :class:`Workspace`: this one builds them for every message, from (scenario,
 partition-id). The engines hand the ClientApp a workspace that keeps them
-between messages (:mod:`term_fl.engines.client_cache`), which changes no
+between messages (:mod:`term_fl.clientapp.cache`), which changes no
 reply, only the time.
 """
 
@@ -24,7 +24,7 @@ from flwr.clientapp import ClientApp
 from term_fl.config import Scenario
 from term_fl.data import DeviceData, FederatedDataset, dataset_for
 from term_fl.flower_internals import from_array_record, metric_record, reply_message, to_array_record
-from term_fl.keys import (
+from term_fl.common.keys import (
     ARRAYS,
     CONFIG,
     EVAL_SPLITS,
@@ -39,10 +39,10 @@ from term_fl.keys import (
     TRAIN_LOSS_BEFORE_SUM,
     eval_key,
 )
-from term_fl.models import TermModel, model_for, set_weights
-from term_fl.node_query import partition_reply
-from term_fl.seeding import derive_seed
-from term_fl.training import (
+from term_fl.learning.models import TermModel, model_for, set_weights
+from term_fl.clientapp.node_query import partition_reply
+from term_fl.common.seeding import derive_seed
+from term_fl.learning.training import (
     EvalResult,
     TrainResult,
     as_tensors,
@@ -76,7 +76,7 @@ class DeviceTensors:
     ``x_eval`` / ``y_eval`` stack the validation and the test split (in
     :data:`EVAL_SPLITS` order) so one forward pass evaluates both;
     ``eval_ends`` are the split boundaries for
-    :func:`term_fl.training.evaluate_segments`.
+    :func:`term_fl.learning.training.evaluate_segments`.
     """
 
     device: torch.device
@@ -101,7 +101,7 @@ def device_tensors(data: DeviceData, model: TermModel, device: torch.device) -> 
 class Workspace:
     """Where the ClientApp gets what a message needs: built anew for every message.
 
-    Subclasses may keep what they build (:class:`term_fl.engines.client_cache.ClientCache`);
+    Subclasses may keep what they build (:class:`term_fl.clientapp.cache.ClientCache`);
     every method returns what this one would.
     """
 

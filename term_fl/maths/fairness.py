@@ -5,7 +5,7 @@ The statistics of per-device test accuracies a_1..a_K are those reported by
 A. Beirami, V. Smith, ICLR 2020, q-FFL): the average (over devices and pooled
 over samples), the worst / best 10 %, the spread (std, variance x 1e4),
 Jain's index, entropy and Gini. The loss risks (VaR, CVaR, EVaR, TiVaR) live
-in :mod:`term_fl.risks`.
+in :mod:`term_fl.maths.risks`.
 
 :data:`STATISTICS` lists every statistic once, with its label, its group
 (the chart it is drawn in) and whether higher is better: the console, the
@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from term_fl.arrays import finite_vector
+from term_fl.common.arrays import finite_vector
 
 __all__ = [
     "GROUPS",
@@ -112,7 +112,7 @@ STATISTICS: tuple[Statistic, ...] = (
     Statistic("tivar", "TiVaR", "risk", -1, False, "tilted value-at-risk of the device losses"),
 )
 """Every statistic of a round, in table order: :func:`fairness_summary` and
-:func:`term_fl.risks.loss_risks` compute them."""
+:func:`term_fl.maths.risks.loss_risks` compute them."""
 
 _BY_KEY = {s.key: s for s in STATISTICS}
 

@@ -1,4 +1,4 @@
-"""Train and evaluate a cohort of devices at once: :mod:`term_fl.training`, batched over devices.
+"""Train and evaluate a cohort of devices at once: :mod:`term_fl.learning.training`, batched over devices.
 
 A round trains every sampled device from the same global model, each with
 its own data, seed and number of steps. Run one device after another, a step
@@ -8,7 +8,7 @@ tensors with a leading device axis, and one step advances every device by
 one of its own SGD steps: batched matrix products (``bmm``) over the
 devices, the gradients written out per built-in model (``_KERNELS``;
 ``tests/test_cohort.py`` checks them against autograd). The arithmetic is
-that of :func:`term_fl.training.train_tensors`, device by device:
+that of :func:`term_fl.learning.training.train_tensors`, device by device:
 
 - the same batches: each device's permutations come from its own
   ``torch.Generator(seed)``, one ``randperm`` per epoch unless the device has
@@ -21,7 +21,7 @@ that of :func:`term_fl.training.train_tensors`, device by device:
 - the same report: the incoming model's loss on the device's training data
   (mean, sum, tau-tilted) and accuracy, and the trained model's mean loss,
   from the model's own ``per_sample_loss`` and ``predict`` and
-  :func:`term_fl.training.segment_results`.
+  :func:`term_fl.learning.training.segment_results`.
 
 Ragged devices: batches are padded to ``batch_size`` with a mask (a padded
 row has weight 0), and devices are sorted by size so that the devices that
@@ -48,8 +48,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from term_fl.models import MLP, LinearSVM, LogisticRegression, TermModel
-from term_fl.training import (
+from term_fl.learning.models import MLP, LinearSVM, LogisticRegression, TermModel
+from term_fl.learning.training import (
     EvalResult,
     TrainResult,
     check_segment_ends,
@@ -91,7 +91,7 @@ class _LinearLayers:
 
 
 class _MLPLayers:
-    """``scores = W2 relu(W1 x + b1) + b2`` per device (:class:`term_fl.models.MLP`)."""
+    """``scores = W2 relu(W1 x + b1) + b2`` per device (:class:`term_fl.learning.models.MLP`)."""
 
     names = ("hidden.weight", "hidden.bias", "output.weight", "output.bias")
     penalised = ("hidden.weight", "output.weight")
@@ -170,7 +170,7 @@ def _tilt_weights(losses: Tensor, mask: Tensor, count: Tensor, tau: float) -> Te
     """Gradient of ``tilted_mean(l, tau)`` in each ``l_i`` over the real entries of each row.
 
     ``softmax(tau l)_i``, in the form autograd computes for
-    :func:`term_fl.training.tilted_mean`:
+    :func:`term_fl.learning.training.tilted_mean`:
     ``(expm1(tau (l_i - c)) + 1) / (n + sum_j expm1(tau (l_j - c)))`` with
     ``c`` the row's largest ``tau l``; 0 on padded entries.
     """
@@ -255,7 +255,7 @@ def train_cohort(
     seeds: Sequence[int],
     on_step: StepObserver | None = None,
 ) -> list[TrainResult]:
-    """:func:`term_fl.training.train_tensors` for many devices at once, from the weights ``model`` holds.
+    """:func:`term_fl.learning.training.train_tensors` for many devices at once, from the weights ``model`` holds.
 
     Parameters
     ----------
@@ -263,12 +263,12 @@ def train_cohort(
         A built-in model (:func:`supports`) holding the incoming global
         weights, on the device of ``x``. It is not changed.
     x, y : Tensor
-        Rows of every device, as :func:`term_fl.training.as_tensors` returns
+        Rows of every device, as :func:`term_fl.learning.training.as_tensors` returns
         them; device i owns rows ``starts[i] : starts[i] + sizes[i]``.
     starts, sizes : sequence of int
         Each device's first row and number of training examples (>= 1).
     lr, epochs, batch_size, weight_decay, tau
-        As for :func:`term_fl.training.train`, the same for every device.
+        As for :func:`term_fl.learning.training.train`, the same for every device.
     seeds : sequence of int
         Each device's seed: its batches are those ``train_tensors`` draws with it.
     on_step : callable, optional
@@ -376,12 +376,12 @@ def _mean_losses(
 
 
 def evaluate_cohort(model: TermModel, x: Tensor, y: Tensor, ends: Sequence[int], tau: float = 0.0) -> list[EvalResult]:
-    """:func:`term_fl.training.evaluate_segments` for a built-in model, in the cohort's layout.
+    """:func:`term_fl.learning.training.evaluate_segments` for a built-in model, in the cohort's layout.
 
     One model (the weights ``model`` holds) on consecutive segments of
     ``(x, y)`` (every device's validation and test split, say), in blocks of
     :data:`EVAL_ROWS` rows: the same per-sample losses and predictions, and
-    the same :func:`term_fl.training.segment_results`.
+    the same :func:`term_fl.learning.training.segment_results`.
     """
     kernel = _kernel(model)
     check_segment_ends(ends, x.shape[0])

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from term_fl.models import TermModel, get_weights
+from term_fl.learning.models import TermModel, get_weights
 
 DEVICE_FORMS = ('"auto"', '"cpu"', '"cuda"', '"cuda:<index>"')
 

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.fairness import STATISTICS, statistic
-from term_fl.keys import SUMMARY_NAMES, TEST, VAL
+from term_fl.maths.fairness import STATISTICS, statistic
+from term_fl.common.keys import SUMMARY_NAMES, TEST, VAL
 from term_fl.strategies.registry import PARAM_KEYS, STRATEGIES, cell_label
 
 STATS = tuple(s.key for s in STATISTICS)
@@ -142,7 +142,7 @@ def select_by_validation(
 ) -> dict[str, dict[str, Any]]:
     """Per family of cells (:func:`family`: 'term', 'qffl', 'term sum' ...), the chosen cell (paper's rule, on validation).
 
-    ``objective`` may be any statistic of :data:`term_fl.fairness.STATISTICS`:
+    ``objective`` may be any statistic of :data:`term_fl.maths.fairness.STATISTICS`:
     the best is the highest, or the lowest for a statistic where lower is
     better (std, the loss risks). ``average`` is the statistic that may drop
     at most ``max_mean_drop`` below FedAvg's: the device mean by default.

@@ -23,10 +23,10 @@ from rich.table import Column, Table
 from rich.text import Text
 
 from term_fl.config import Scenario
-from term_fl.fairness import STATISTICS
+from term_fl.maths.fairness import STATISTICS
 
 if TYPE_CHECKING:  # the server loop imports Flower and torch: `term-fl runs` needs neither
-    from term_fl.federation import RoundRecord
+    from term_fl.federation.loop import RoundRecord
 
 
 def make_console() -> Console:
@@ -38,7 +38,7 @@ def _from_term_fl(record: logging.LogRecord) -> bool:
     return record.pathname.startswith(_PACKAGE_DIR)
 
 
-_PACKAGE_DIR = str(Path(__file__).resolve().parent)
+_PACKAGE_DIR = str(Path(__file__).resolve().parents[1])  # term_fl/
 
 
 def route_logs(console: Console, verbose: bool) -> None:
@@ -94,7 +94,7 @@ def strategy_words(scenario: Scenario) -> str:
 
 def clients_words(scenario: Scenario) -> str:
     """Where the clients train: 'clients train on the CPU' / 'on CUDA (4 clients per GPU)'."""
-    from term_fl.training import resolve_device
+    from term_fl.learning.training import resolve_device
 
     try:
         device = resolve_device(scenario.client.device)
