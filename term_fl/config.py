@@ -171,6 +171,12 @@ class DataConfig(_Table):
     noisy_devices: list[int] = Field(default_factory=list)
     num_noisy: int = Field(0, ge=0)
     noise_scale: float = Field(10.0, gt=0.0)
+    minority: int = Field(0, ge=0, le=1_000_000, description="synthetic only: 0 = one labelling function per device; "
+                          "n >= 1 = two shared concepts, n devices following the minority one")
+    concept_noise: float = Field(0.0, ge=0.0, le=100.0, description="synthetic with two concepts: scale of each "
+                                 "device's own part of its labelling function")
+    samples_per_device: int | None = Field(None, ge=3, le=1_000_000, description="synthetic only: every device's "
+                                           "size (None: floor(lognormal(4, 2)) + 50, capped at max_samples)")
 
     @model_validator(mode="after")
     def _fractions_sum_to_one(self) -> DataConfig:
@@ -598,6 +604,9 @@ _HASHED_WHEN_SET = (  # (table, key, default, only for this strategy)
     ("run", "executor", "sequential", None),  # hashes from before run.executor existed stay valid
     ("run", "evaluate_every", 1, None),  # which rounds are recorded, not the model; the tail statistics read them
     ("strategy", "loss_reduction", "mean", "qffl"),  # TERM's hashes always held its loss_reduction
+    ("data", "minority", 0, None),
+    ("data", "concept_noise", 0.0, None),
+    ("data", "samples_per_device", None, None),
 )
 
 

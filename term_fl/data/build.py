@@ -38,6 +38,9 @@ def build_dataset(
     num_noisy: int = 0,
     noise_scale: float = 10.0,
     sha256: str | None = VEHICLE_SHA256,
+    minority: int = 0,
+    concept_noise: float = 0.0,
+    samples_per_device: int | None = None,
 ) -> FederatedDataset:
     """Build a federated dataset whose devices are generated or split lazily, on first access.
 
@@ -84,6 +87,11 @@ def build_dataset(
         ``vehicle_fewshot.json``); another file's hash, ``"any"`` or None
         accepts that file (see :func:`term_fl.data.vehicle.load_vehicle`).
         Ignored for "synthetic".
+    minority, concept_noise, samples_per_device : synthetic only
+        Two shared concepts with ``minority`` devices following the second
+        (0: one concept per device), each device's own part scaled by
+        ``concept_noise``; every device of ``samples_per_device`` samples
+        (None: lognormal sizes). See :class:`~term_fl.data.synthetic.SyntheticGenerator`.
 
     Returns
     -------
@@ -101,13 +109,17 @@ def build_dataset(
 
     source: dict[str, Any]
     if name == "synthetic":
-        generator = SyntheticGenerator(seed, num_devices, alpha, beta, max_samples)
+        generator = SyntheticGenerator(seed, num_devices, alpha, beta, max_samples, minority, concept_noise,
+                                       samples_per_device)
         raw_device: RawDevice = generator.device
         sizes: Sequence[int] = [int(n) for n in generator.sizes]
         device_names = [f"synthetic device {k}" for k in range(len(sizes))]
         num_features, num_classes = NUM_FEATURES, NUM_CLASSES
         source = {"generator": generator.metadata()}
     else:
+        if minority or concept_noise or samples_per_device is not None:
+            raise ValueError("minority, concept_noise and samples_per_device are settings of the synthetic data "
+                             "only; leave them unset for the vehicle data")
         if path is None:
             raise DataError(
                 "the vehicle dataset needs the path of its JSON file: the shared vehicle_fewshot.json "
