@@ -1,6 +1,6 @@
 """Reading and checking the replies of a round: one reply filter for every strategy and the server loop.
 
-DESIGN.md 'Replies': error replies, missing keys, non-finite losses or
+docs/contracts.md, 'Replies': error replies, missing keys, non-finite losses or
 arrays are excluded with a warning naming the node (Flower's own consistency
 check would otherwise abort the run, and QFedAvg would turn a NaN loss into a
 NaN model); the valid replies are sorted by partition-id before any sum

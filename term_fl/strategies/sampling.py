@@ -1,4 +1,4 @@
-"""Seeded sampling of devices by partition-id (DESIGN.md 'Node discovery', 'Determinism').
+"""Seeded sampling of devices by partition-id (docs/contracts.md, 'Node discovery', 'Determinism').
 
 Flower assigns random node ids per run and its own sampling is not seeded:
 once the server knows which node holds which partition, it samples partition
