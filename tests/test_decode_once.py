@@ -67,8 +67,9 @@ DEFENDED = [("strategy.name=term", "strategy.max_update_norm=1.2", "strategy.cli
 @pytest.mark.parametrize("executor", ["sequential", "cohort"])
 @pytest.mark.parametrize(
     "strategy",
-    [*((f"strategy.name={name}",) for name in STRATEGIES), *DEFENDED],
-    ids=[*STRATEGIES, "term-defences", "qffl-max-update-norm"],
+    [*((f"strategy.name={name}",) for name in STRATEGIES), ("strategy.name=krum", "strategy.num_to_keep=2"),
+     *DEFENDED],
+    ids=[*STRATEGIES, "multi-krum", "term-defences", "qffl-max-update-norm"],
 )
 def test_each_reply_is_decoded_exactly_once_per_round(decodes, strategy, executor):
     counts, replies = decodes

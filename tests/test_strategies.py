@@ -745,7 +745,7 @@ def test_build_strategy_builds_each_name_and_refuses_unknown_ones():
     assert type(build_strategy("qffl", client_learning_rate=0.1, q=0.2)) is QFFL
     term = build_strategy("term", t=2.0, lam=0.5, clients_per_round=10)
     assert type(term) is TermFedAvg and term.t == 2.0 and term.clients_per_round == 10
-    with pytest.raises(ValueError, match="allowed names: fedavg, qffl, term"):
+    with pytest.raises(ValueError, match="allowed names: fedavg, fedavg_uniform, qffl, term, afl, median, trimmed_mean, krum"):
         build_strategy("fedprox")
 
 

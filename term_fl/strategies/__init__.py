@@ -1,10 +1,11 @@
-"""Flower strategies: FedAvg, q-FFL, TERM and AFL on one template.
+"""Flower strategies: FedAvg, FedAvg (uniform), q-FFL, TERM, AFL, median, trimmed mean and Krum on one template.
 
 ``STRATEGIES`` (:mod:`.registry`) lists them; ``build_strategy(name, **params)``
 builds one by name, and each registered class and settings model is importable
 from here by its name. Modules: :mod:`.fedavg` (the template every strategy
 subclasses), one module per strategy (its settings, its math, its round
-function: :mod:`.qffl`, :mod:`.term`, :mod:`.afl`), :mod:`.aggregation`
+function: :mod:`.fedavg_uniform`, :mod:`.qffl`, :mod:`.term`, :mod:`.afl`,
+:mod:`.median`, :mod:`.trimmed_mean`, :mod:`.krum`), :mod:`.aggregation`
 (what a round function sees and decides), :mod:`.stacked` (a round's models,
 decoded once), :mod:`.replies` (reading and filtering replies),
 :mod:`.defences` (the opt-in defences), :mod:`.arithmetic` (the update rule),
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from .aggregation import Aggregation, RoundInputs, TrainOutcome
     from .arithmetic import combine_models
     from .fedavg import FedAvg
+    from .fedavg_uniform import FedAvgUniform
+    from .krum import Krum
+    from .median import FedMedian
     from .qffl import QFFL, qffl_coefficients
     from .registry import PARAM_KEYS, STRATEGIES, StrategySpec, build_strategy, cell_label
     from .replies import filter_replies, filter_train_replies, sent_index
@@ -31,6 +35,7 @@ if TYPE_CHECKING:
     from .settings import Settings
     from .stacked import StackedModels
     from .term import TermFedAvg
+    from .trimmed_mean import FedTrimmedAvg
 
 # Where each name lives: imported on first use, so that reading the registry
 # (term_fl.strategies.registry: names, labels, parameters) does not import Flower.
@@ -74,6 +79,10 @@ __all__ = [
     "EvaluationReport",
     "ExcludedReply",
     "FedAvg",
+    "FedAvgUniform",
+    "FedMedian",
+    "FedTrimmedAvg",
+    "Krum",
     "RoundInputs",
     "Settings",
     "StackedModels",
