@@ -24,13 +24,20 @@ from term_fl.strategies.replies import arrays_of
 
 @pytest.fixture
 def decodes(monkeypatch):
-    """Decodes per Array object (by id; the arrays are kept alive by the captured replies), and those replies."""
+    """Decodes per Array object (by id), and the replies the strategy aggregated.
+
+    Every decoded Array is kept alive until the test ends: an id is unique only
+    among live objects, and an array decoded elsewhere (a client's copy of the
+    global model) that was freed could hand its id, and its count, to a reply.
+    """
     counts: Counter[int] = Counter()
     replies: list = []
+    alive: list = []
     original_from_array, original_numpy = internals.from_array, Array.numpy
     inside = [False]
 
     def from_array(array, *args, **kwargs):
+        alive.append(array)
         counts[id(array)] += 1
         inside[0] = True
         try:
@@ -40,6 +47,7 @@ def decodes(monkeypatch):
 
     def numpy(array, *args, **kwargs):
         if not inside[0]:  # Flower's decoder called directly, not through from_array's slow path
+            alive.append(array)
             counts[id(array)] += 1
         return original_numpy(array, *args, **kwargs)
 
