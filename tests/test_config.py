@@ -109,7 +109,7 @@ def test_unknown_key_is_named_with_the_allowed_keys(tmp_path):
         ("strategy.t=5000", r"strategy\.t: .*less than or equal to 1000.*5000"),
         ("run.rounds=0", r"run\.rounds: .*greater than or equal to 1"),
         ("strategy.lam=0", r"strategy\.lam: .*greater than 0"),
-        ("strategy.name=krum", r"strategy\.name: .*'fedavg', 'qffl', 'term' or 'afl'.*krum"),
+        ("strategy.name=fedprox", r"strategy\.name: .*'fedavg', 'fedavg_uniform', .* or 'krum'.*fedprox"),
         ("client.device=gpu", r"client\.device: .*pattern"),
         ("run.engine=ray", r"run\.engine: .*'flower' or 'inprocess'"),
         ("data.train_fraction=0.9", r"sum to 1"),

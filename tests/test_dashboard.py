@@ -48,7 +48,7 @@ SPREAD = {"fedavg": 1.0, "qffl": 0.6, "term": 0.45}  # how far the worst devices
 
 
 def naive_stats(accuracy: np.ndarray, correct: np.ndarray, examples: np.ndarray, loss: np.ndarray) -> dict:
-    """The fairness statistics and loss risks, typed from DESIGN.md (worst 10% = floor(0.1 K), at least 1)."""
+    """The fairness statistics and loss risks, typed from docs/maths.md (worst 10% = floor(0.1 K), at least 1)."""
     k = len(accuracy)
     tail = max(1, k // 10)
     ordered = np.sort(accuracy)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -41,6 +42,7 @@ from term_fl.strategies import (
 )
 from term_fl.flower_internals import records_of
 from term_fl.strategies.fedavg import RoundInputs
+from term_fl.strategies.stacked import StackedModels
 
 SHAPES = {"layer.weight": (3, 4), "layer.bias": (3,)}
 
@@ -164,7 +166,7 @@ def test_t_zero_with_num_examples_weights_equals_flower_fedavg(make):
 def round_inputs(losses, num_examples):
     return RoundInputs(server_round=1, partition_ids=np.arange(len(losses)), losses=np.asarray(losses, float),
                        num_examples=np.asarray(num_examples, float), global_model=lambda: model(100),
-                       local_models=lambda: iter(()))
+                       models=StackedModels.stack([model(k) for k in range(len(losses))]))
 
 
 @pytest.mark.parametrize("lam", [1.0, 0.5])
@@ -743,7 +745,7 @@ def test_build_strategy_builds_each_name_and_refuses_unknown_ones():
     assert type(build_strategy("qffl", client_learning_rate=0.1, q=0.2)) is QFFL
     term = build_strategy("term", t=2.0, lam=0.5, clients_per_round=10)
     assert type(term) is TermFedAvg and term.t == 2.0 and term.clients_per_round == 10
-    with pytest.raises(ValueError, match="allowed names: fedavg, qffl, term"):
+    with pytest.raises(ValueError, match="allowed names: fedavg, fedavg_uniform, qffl, term, afl, median, trimmed_mean, krum"):
         build_strategy("fedprox")
 
 
@@ -788,3 +790,9 @@ def test_records_of_lists_the_records_of_one_type_as_flowers_typed_views_do():
     assert records_of(content, ArrayRecord) == list(content.array_records.values())
     assert records_of(content, ConfigRecord) == list(content.config_records.values())
     assert records_of(RecordDict(), MetricRecord) == []
+
+
+def test_every_strategies_module_stays_within_450_lines():
+    package = Path(__file__).resolve().parents[1] / "term_fl" / "strategies"
+    lengths = {path.name: len(path.read_text().splitlines()) for path in package.glob("*.py")}
+    assert lengths and max(lengths.values()) <= 450, lengths

@@ -178,7 +178,7 @@ def train(msg: Message, context: Context, workspace: Workspace) -> Message:
 
 
 def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message:
-    """The reply to a train message: the trained weights and the metrics of DESIGN.md ('Metric keys')."""
+    """The reply to a train message: the trained weights and the metrics of docs/contracts.md ('Messages')."""
     before = result.before
     metrics = metric_record(
         {

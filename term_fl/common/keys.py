@@ -1,6 +1,6 @@
 """The names that the server, the clients, the store and the reports share.
 
-One home for the contract of DESIGN.md 'Metric keys': the record keys of a
+One home for the contract of docs/contracts.md ('Messages'): the record keys of a
 Message, the metric keys of the clients' replies, the node-config keys of a
 SuperNode, and the names of the data splits.
 """

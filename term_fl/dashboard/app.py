@@ -45,7 +45,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 
 DESCRIPTION = """Read-only fairness dashboard of a term-fl results store.
 
-Statistics are those of DESIGN.md 'Fairness statistics' (keys of `term_fl.maths.fairness`:
+Statistics are those of docs/maths.md 'Fairness statistics' (keys of `term_fl.maths.fairness`:
 `pooled_mean` is the average over test samples, `worst_10` / `best_10` the mean of the
 lowest / highest 10% of device accuracies, `std`, `jain`, loss risks `var`, `cvar`,
 `evar`, `tivar` ...), per split `test` and `val`. Non-finite numbers are `null`.

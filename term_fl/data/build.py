@@ -71,7 +71,7 @@ def build_dataset(
         Split of every device; each > 0, summing to 1. Rounding: see
         :mod:`term_fl.data.splits` (every split keeps at least one sample).
         For the vehicle data prefer larger held-out fractions (e.g. 0.5 / 0.2
-        / 0.3, DESIGN.md 'Splits').
+        / 0.3, docs/data.md 'Splits').
     noise : {"none", "random_labels", "flip_labels", "scale_features"}, default "none"
         Corruption of the chosen devices' train and val splits (test stays
         clean); see :mod:`term_fl.data.noise`.

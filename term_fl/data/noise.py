@@ -1,7 +1,7 @@
 """Noise injection: corrupt chosen devices' train and validation splits, reproducibly.
 
 Test splits stay clean, so test accuracy measures what the model learned
-(DESIGN.md, 'Data'). Kinds:
+(docs/data.md, 'Noise injection'). Kinds:
 
 - ``"none"``: no corruption.
 - ``"random_labels"``: every train / val label is replaced by a class drawn

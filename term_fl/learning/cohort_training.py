@@ -10,10 +10,8 @@ devices, the gradients written out per built-in model (``_KERNELS``;
 ``tests/test_cohort.py`` checks them against autograd). The arithmetic is
 that of :func:`term_fl.learning.training.train_tensors`, device by device:
 
-- the same batches: each device's permutations come from its own
-  ``torch.Generator(seed)``, one ``randperm`` per epoch unless the device has
-  at most ``batch_size`` examples (then one full batch in order, no draw),
-  cut into batches of ``batch_size`` with a smaller last batch;
+- the same batches, drawn with each device's seed and laid out step by
+  step, ragged devices padded with a mask (:mod:`.cohort_batches`);
 - the same objective per batch: the sample-level tilted loss
   ``tilted_mean(l, tau)`` (the mean at ``tau = 0``) plus the model's
   ``penalty()``, and the same SGD step with weight decay
@@ -23,20 +21,11 @@ that of :func:`term_fl.learning.training.train_tensors`, device by device:
   from the model's own ``per_sample_loss`` and ``predict`` and
   :func:`term_fl.learning.training.segment_results`.
 
-Ragged devices: batches are padded to ``batch_size`` with a mask (a padded
-row has weight 0), and devices are sorted by size so that the devices that
-still have steps to take are a prefix of the stack: a step computes only on
-that prefix (a view), so a device of 4 examples costs nothing while one of
-500 finishes its epochs. Scores are laid out ``(devices, classes, rows)``:
-``F.cross_entropy`` and ``argmax(dim=1)`` then take them as they are, and
-softmax over a non-last dimension is several times faster on the CPU than
-over a last dimension of 10 classes. Results agree with the sequential path
-to float32 rounding (the batched products sum in another order), not bit
-for bit.
-
-The step indices are drawn on the host once per cohort and copied to the
-model's device in one transfer; the loop then runs on that device without
-synchronising with the host.
+Scores are laid out ``(devices, classes, rows)``: ``F.cross_entropy`` and
+``argmax(dim=1)`` then take them as they are, and softmax over a non-last
+dimension is several times faster on the CPU than over a last dimension of
+10 classes. Results agree with the sequential path to float32 rounding (the
+batched products sum in another order), not bit for bit.
 """
 
 from __future__ import annotations
@@ -48,6 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from term_fl.learning.cohort_batches import CohortSchedule, StepTargets, cohort_schedule, step_targets
 from term_fl.learning.models import MLP, LinearSVM, LogisticRegression, TermModel
 from term_fl.learning.training import (
     EvalResult,
@@ -182,60 +172,6 @@ def _tilt_weights(losses: Tensor, mask: Tensor, count: Tensor, tau: float) -> Te
 
 
 # --------------------------------------------------------------------------
-# The batches: each device's permutations, laid out step by step
-# --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Schedule:
-    """Rows of every step, devices sorted by size (largest first).
-
-    ``rows[s, j]`` are the rows of sorted device j's batch at step s (padding
-    points at row 0), ``mask`` marks the real ones and ``count`` counts them;
-    the first ``active[s]`` devices take step s.
-    """
-
-    order: np.ndarray  # sorted position -> input position
-    rows: Tensor  # (S, K, B) int64
-    mask: Tensor  # (S, K, B) bool
-    count: Tensor  # (S, K) float32
-    active: list[int]
-    steps: np.ndarray  # (K,) steps per device, input order
-
-
-def _schedule(
-    starts: np.ndarray, sizes: np.ndarray, *, epochs: int, batch_size: int, seeds: Sequence[int], device: torch.device
-) -> _Schedule:
-    order = np.argsort(-sizes, kind="stable")
-    per_epoch = np.where(sizes <= batch_size, 1, -(-sizes // batch_size))
-    steps = per_epoch * epochs
-    total = int(steps.max())
-    by_device = np.full((len(sizes), total * batch_size), -1, dtype=np.int64)
-    for j, i in enumerate(order):
-        n, start = int(sizes[i]), int(starts[i])
-        stride = int(per_epoch[i]) * batch_size
-        if n <= batch_size:  # one full batch per epoch, in order, no draw (as train_tensors)
-            for epoch in range(epochs):
-                by_device[j, epoch * stride : epoch * stride + n] = np.arange(start, start + n)
-            continue
-        generator = torch.Generator().manual_seed(int(seeds[i]))
-        for epoch in range(epochs):
-            by_device[j, epoch * stride : epoch * stride + n] = torch.randperm(n, generator=generator).numpy() + start
-    rows = np.ascontiguousarray(by_device.reshape(len(sizes), total, batch_size).transpose(1, 0, 2))
-    mask = rows >= 0
-    rows[~mask] = 0
-    sorted_steps = steps[order]
-    return _Schedule(
-        order=order,
-        rows=torch.from_numpy(rows).to(device),
-        mask=torch.from_numpy(mask).to(device),
-        count=torch.from_numpy(mask.sum(axis=2).astype(np.float32)).to(device),
-        active=[int(np.count_nonzero(sorted_steps > s)) for s in range(total)],
-        steps=steps,
-    )
-
-
-# --------------------------------------------------------------------------
 # Training and evaluation
 # --------------------------------------------------------------------------
 
@@ -281,8 +217,39 @@ def train_cohort(
     list of TrainResult
         One per device in input order, as ``train_tensors`` returns it.
     """
+    # Check the arguments as train_tensors does, and that every device's rows lie in x
     kernel = _kernel(model)
     lr, epochs, batch_size, weight_decay, tau = check_train_args(lr, epochs, batch_size, weight_decay, tau)
+    starts_np, sizes_np = _check_layout(x, starts, sizes, seeds)
+
+    # Every device's batches, step by step, and what each step's objective needs
+    plan = cohort_schedule(starts_np, sizes_np, epochs=epochs, batch_size=batch_size, seeds=seeds, device=x.device)
+    targets = step_targets(y, plan, kernel.binary)
+
+    # One copy of the incoming weights per device, stacked on a leading device axis
+    state = dict(model.named_parameters())
+    params = [
+        state[name].detach().unsqueeze(0).repeat(len(sizes_np), *([1] * state[name].ndim))
+        for name in kernel.layers.names
+    ]
+
+    # Train: every step advances the devices that still have steps, in place
+    _take_steps(model, kernel, params, plan, targets, x, lr=lr, weight_decay=weight_decay, tau=tau,
+                batch_size=batch_size, on_step=on_step)
+
+    # Report: each trained model's mean loss on its rows, and the incoming model on every device's rows
+    # (one model: one pass, large products)
+    with torch.no_grad():
+        loss_after = _mean_losses(model, kernel, params, x, y, starts_np[plan.order], sizes_np[plan.order])
+    own = torch.from_numpy(np.concatenate([np.arange(s, s + n) for s, n in zip(starts_np, sizes_np)])).to(x.device)
+    before = evaluate_cohort(model, x.index_select(0, own), y.index_select(0, own), np.cumsum(sizes_np).tolist(), tau)
+    return _results(kernel, plan, params, before, loss_after, sizes_np)
+
+
+def _check_layout(
+    x: Tensor, starts: Sequence[int], sizes: Sequence[int], seeds: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``starts`` and ``sizes`` as int64 arrays; ValueError unless each device has >= 1 row inside ``x``."""
     starts_np = np.asarray(starts, dtype=np.int64).reshape(-1)
     sizes_np = np.asarray(sizes, dtype=np.int64).reshape(-1)
     if not len(starts_np) == len(sizes_np) == len(seeds) or len(sizes_np) == 0:
@@ -292,59 +259,100 @@ def train_cohort(
         )
     if sizes_np.min() < 1 or starts_np.min() < 0 or int((starts_np + sizes_np).max()) > x.shape[0]:
         raise ValueError(f"every device needs >= 1 example inside the {x.shape[0]} rows of x.")
+    return starts_np, sizes_np
 
+
+@torch.no_grad()
+def _take_steps(
+    model: TermModel,
+    kernel: _Kernel,
+    params: list[Tensor],
+    plan: CohortSchedule,
+    targets: StepTargets,
+    x: Tensor,
+    *,
+    lr: float,
+    weight_decay: float,
+    tau: float,
+    batch_size: int,
+    on_step: StepObserver | None,
+) -> None:
+    """Run every step of the schedule on the stacked ``params`` (sorted devices), in place.
+
+    One step is one SGD step of each of the first ``plan.active[step]``
+    devices: the batch objective's gradient written out (forward, the
+    gradient in the scores, backward), the model's L2 penalty, weight decay
+    and ``p -= lr * g``, in the order of ``torch.optim.SGD``.
+    """
     layers = kernel.layers
-    state = dict(model.named_parameters())
-    num = len(sizes_np)
-    plan = _schedule(starts_np, sizes_np, epochs=epochs, batch_size=batch_size, seeds=seeds, device=x.device)
-    params = [state[name].detach().unsqueeze(0).repeat(num, *([1] * state[name].ndim)) for name in layers.names]
     penalised = [layers.names.index(name) for name in layers.penalised] if model.l2 != 0.0 else []
     tilt = not negligible_tilt(tau, torch.float32)
-    # every step's labels in one gather, and the mean's weight 1/n on each real row of a batch (tau = 0)
-    y_steps = y.index_select(0, plan.rows.reshape(-1)).view(plan.rows.shape)
-    mean_weight = plan.mask / plan.count.clamp(min=1.0).unsqueeze(2)
+    for step, k in enumerate(plan.active):
+        # The batch of each of the k devices that take this step, and their parameters (views)
+        xb = x.index_select(0, plan.rows[step, :k].reshape(-1)).view(k, batch_size, -1)
+        p = [t[:k] for t in params]
+        # Forward, and the gradient of the batch objective in the scores
+        scores, cache = layers.forward(p, xb)
+        g_scores = _score_gradient(model, kernel, scores, plan, targets, step, k, tau if tilt else None)
+        # Backward to the parameters, plus the gradient of the model's own penalty
+        grads = layers.backward(p, cache, g_scores)
+        for i in penalised:
+            grads[i].add_(p[i], alpha=model.l2)
+        # The SGD step with weight decay
+        for param, grad in zip(p, grads):
+            if weight_decay != 0.0:
+                grad = grad.add(param, alpha=weight_decay)
+            param.add_(grad, alpha=-lr)
+        if on_step is not None:
+            on_step(step, plan.order[:k].tolist(), dict(zip(layers.names, p)))
+
+
+def _score_gradient(
+    model: TermModel,
+    kernel: _Kernel,
+    scores: Tensor,
+    plan: CohortSchedule,
+    targets: StepTargets,
+    step: int,
+    k: int,
+    tau: float | None,
+) -> Tensor:
+    """d(batch objective)/d(scores) of the first ``k`` devices at ``step``: the mean loss, or tilted by ``tau``.
+
+    The objective is ``sum_i w_i l_i`` with ``w_i = 1/n`` (the mean) or, with
+    a ``tau`` (None: no tilt), the tilted weights of the batch's losses
+    (:func:`_tilt_weights`); padded rows have weight 0.
+    """
+    labels = targets.labels[step, :k]
+    if tau is not None:
+        losses = _losses(model, kernel, scores, labels)
+        weight = _tilt_weights(losses, plan.mask[step, :k], plan.count[step, :k], tau)
+    else:
+        weight = targets.mean_weight[step, :k]
     if kernel.binary:
-        y_pm = 2.0 * y_steps.to(torch.float32) - 1.0  # labels as -1/+1, as LinearSVM.per_sample_loss
-        hinge_coef = -(y_pm * mean_weight)
+        signs = targets.signs[step, :k]
+        coef = -(signs * weight) if tau is not None else targets.hinge_coef[step, :k]
+        return _hinge_grad(scores, signs, coef)
+    return _cross_entropy_grad(scores, labels, weight)
 
-    with torch.no_grad():
-        for step, k in enumerate(plan.active):
-            xb = x.index_select(0, plan.rows[step, :k].reshape(-1)).view(k, batch_size, -1)
-            p = [t[:k] for t in params]
-            scores, cache = layers.forward(p, xb)
-            if tilt:
-                losses = _losses(model, kernel, scores, y_steps[step, :k])
-                weight = _tilt_weights(losses, plan.mask[step, :k], plan.count[step, :k], tau)
-            else:
-                weight = mean_weight[step, :k]
-            if kernel.binary:
-                coef = -(y_pm[step, :k] * weight) if tilt else hinge_coef[step, :k]
-                g_scores = _hinge_grad(scores, y_pm[step, :k], coef)
-            else:
-                g_scores = _cross_entropy_grad(scores, y_steps[step, :k], weight)
-            grads = layers.backward(p, cache, g_scores)
-            for i in penalised:
-                grads[i].add_(p[i], alpha=model.l2)
-            for param, grad in zip(p, grads):
-                if weight_decay != 0.0:
-                    grad = grad.add(param, alpha=weight_decay)
-                param.add_(grad, alpha=-lr)
-            if on_step is not None:
-                on_step(step, plan.order[:k].tolist(), dict(zip(layers.names, p)))
 
-        sorted_sizes = sizes_np[plan.order]
-        loss_after = _mean_losses(model, kernel, params, x, y, starts_np[plan.order], sorted_sizes)
-    # the incoming model is one model: one pass over every device's rows, large products
-    own = torch.from_numpy(np.concatenate([np.arange(s, s + n) for s, n in zip(starts_np, sizes_np)])).to(x.device)
-    before = evaluate_cohort(model, x.index_select(0, own), y.index_select(0, own), np.cumsum(sizes_np).tolist(), tau)
+def _results(
+    kernel: _Kernel,
+    plan: CohortSchedule,
+    params: list[Tensor],
+    before: Sequence[EvalResult],
+    loss_after: np.ndarray,
+    sizes: np.ndarray,
+) -> list[TrainResult]:
+    """One :class:`TrainResult` per device in input order (``params`` and ``loss_after`` are in sorted order)."""
     host = [t.cpu().numpy() for t in params]
-    results: list[TrainResult | None] = [None] * num
+    results: list[TrainResult | None] = [None] * len(sizes)
     for j, i in enumerate(plan.order):
         results[i] = TrainResult(
-            weights={name: values[j] for name, values in zip(layers.names, host)},
+            weights={name: values[j] for name, values in zip(kernel.layers.names, host)},
             before=before[i],
             loss_after=float(loss_after[j]),
-            num_examples=int(sizes_np[i]),
+            num_examples=int(sizes[i]),
             steps=int(plan.steps[i]),
         )
     return results  # type: ignore[return-value]
@@ -362,13 +370,16 @@ def _mean_losses(
     total = torch.zeros(len(sizes), dtype=torch.float64, device=device)
     starts_t = torch.from_numpy(starts).to(device)
     sizes_t = torch.from_numpy(sizes).to(device)
+    # The block width that costs least: padded rows of the small devices vs blocks of the largest
     block = min(LOSS_ROWS, key=lambda w: int(np.ceil(sizes / w).sum()) * w + BLOCK_COST_ROWS * -(-int(sizes[0]) // w))
     for first in range(0, int(sizes[0]), block):
+        # Rows first..first+width of the k devices that have them (rows past a device's end masked)
         k = int(np.count_nonzero(sizes > first))
         width = min(block, int(sizes[0]) - first)
         offset = torch.arange(first, first + width, device=device)
         mask = offset.unsqueeze(0) < sizes_t[:k].unsqueeze(1)
         rows = torch.where(mask, starts_t[:k].unsqueeze(1) + offset, 0).reshape(-1)
+        # Each device's model on its own rows; the real rows' losses summed in float64
         scores, _ = kernel.layers.forward([p[:k] for p in params], x.index_select(0, rows).view(k, width, -1))
         loss = _losses(model, kernel, scores, y.index_select(0, rows).view(k, width))
         total[:k] += torch.where(mask, loss.double(), 0.0).sum(1)

@@ -395,21 +395,18 @@ def train_tensors(
     """
     lr, epochs, batch_size, weight_decay, tau = check_train_args(lr, epochs, batch_size, weight_decay, tau)
 
+    # F_k: the incoming model's loss on the training data, before any step
     n = x.shape[0]
     before = evaluate_segments(model, x, y, [n], tau)[0]
 
+    # Minibatch SGD on the tau-tilted batch loss plus the model's penalty, in train mode
     params = [p for p in model.parameters() if p.requires_grad]
     generator = torch.Generator().manual_seed(int(seed))
     was_training = model.training
     model.train()
     steps = 0
     for _ in range(int(epochs)):
-        if batch_size >= n:
-            batches = [(x, y)]
-        else:
-            order = torch.randperm(n, generator=generator).to(x.device)
-            batches = [(x[idx], y[idx]) for idx in order.split(batch_size)]
-        for x_batch, y_batch in batches:
+        for x_batch, y_batch in _epoch_batches(x, y, batch_size, generator):
             loss = tilted_mean(model.per_sample_loss(model(x_batch), y_batch), tau) + model.penalty()
             for p in params:
                 p.grad = None
@@ -418,6 +415,7 @@ def train_tensors(
             steps += 1
     model.train(was_training)
 
+    # The trained weights (CPU copies) and their mean loss on the same data
     return TrainResult(
         weights=get_weights(model),
         before=before,
@@ -425,3 +423,18 @@ def train_tensors(
         num_examples=n,
         steps=steps,
     )
+
+
+def _epoch_batches(x: Tensor, y: Tensor, batch_size: int, generator: torch.Generator) -> list[tuple[Tensor, Tensor]]:
+    """One epoch's batches of ``(x, y)``.
+
+    All of it in order when it fits one batch (no draw); else one
+    ``randperm`` from ``generator``, drawn on the CPU (the same seed gives the
+    same batches on every device), cut into batches of ``batch_size`` with a
+    smaller last batch.
+    """
+    n = x.shape[0]
+    if batch_size >= n:
+        return [(x, y)]
+    order = torch.randperm(n, generator=generator).to(x.device)
+    return [(x[idx], y[idx]) for idx in order.split(batch_size)]

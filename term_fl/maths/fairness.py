@@ -14,7 +14,7 @@ loop over it. A new statistic is a function here, its entry in
 :func:`fairness_summary` and one line in the table.
 
 The summary names match the ``test`` / ``validation`` objects of
-summary.json (DESIGN.md, Contracts). No I/O, no Flower, no torch.
+summary.json (docs/contracts.md, 'summary.json'). No I/O, no Flower, no torch.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Tilted empirical risk: the objects of TERM as plain numpy functions.
 
 Li, Beirami, Sanjabi, Smith, "On Tilted Losses in Machine Learning: Theory and
-Applications", JMLR 24 (2023).  Notation follows the paper and DESIGN.md:
+Applications", JMLR 24 (2023).  Notation follows the paper and docs/maths.md:
 
 - tilted objective  R(t) = (1/t) log sum_i a_i exp(t l_i), with R(0) the mean;
 - tilted weights    p_i = a_i exp(t l_i) / sum_j a_j exp(t l_j);
@@ -286,7 +286,7 @@ def term_round(
     lam: float,
     previous_estimate: float | None,
 ) -> TermRound:
-    """One round of TERM over the sampled devices S (DESIGN.md, in this order).
+    """One round of TERM over the sampled devices S (docs/maths.md, in this order).
 
     1. a_k = n_k / sum_{j in S} n_j (normalise the base weights over S);
     2. R_S = (1/t) log sum_k a_k exp(t F_k);

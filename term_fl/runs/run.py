@@ -1,7 +1,7 @@
 """A run: its id, its directory, the recorder that writes it and the results store, and :func:`run_one`.
 
 A run directory holds ``config.json`` (the resolved scenario), ``summary.json``
-(DESIGN.md's contract) and ``model.pt`` (the final global model as a torch
+(the contract of docs/contracts.md) and ``model.pt`` (the final global model as a torch
 state dict, loadable with :func:`load_model`). Every round goes to the
 SQLite results store in one transaction as it completes.
 """
@@ -136,7 +136,7 @@ def build_summary(
     last_evaluated: RoundRecord | None = None,
     validation_means: Sequence[tuple[int, float]] = (),
 ) -> dict[str, Any]:
-    """summary.json of a run (DESIGN.md, 'Contracts': summary.json).
+    """summary.json of a run (docs/contracts.md, 'summary.json').
 
     The statistics are those of the last evaluated round (``last_evaluated``,
     default ``last``; a finished run always evaluates its last round);

@@ -1,24 +1,23 @@
-"""Model arithmetic of the aggregation: one update rule for every strategy.
+"""Model arithmetic of the aggregation, in float64, and the cast back to the global model's dtypes.
 
-``w_new = g w + sum_k c_k w_k`` (:func:`combine_models`, float64, one client
-model at a time), where a strategy's round function only chooses the
-coefficients c_k and g (FedAvg: c_k = n_k / sum n, g = 0; TERM and q-FFL:
-g = 1 - sum_k c_k).
+``w_new = g w + sum_k c_k w_k`` (:func:`combine_models`, one client model at
+a time) for the strategies whose round function chooses coefficients c_k and
+g (FedAvg: c_k = n_k / sum n, g = 0; TERM and q-FFL: g = 1 - sum_k c_k);
+``w_new = g w + (1 - g) M`` (:func:`mix_with_global`) for those that compute
+their own aggregate M (a coordinate-wise median).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
-from flwr.app import ArrayRecord, Message
+from flwr.app import ArrayRecord
 from numpy.typing import NDArray
 
-from term_fl.flower_internals import from_array_record, to_array_record
+from term_fl.flower_internals import to_array_record
 
-from .replies import arrays_of
-
-__all__ = ["cast_like", "combine_models", "local_models", "record_like"]
+__all__ = ["cast_like", "combine_models", "mix_with_global", "record_like"]
 
 
 def combine_models(
@@ -29,8 +28,9 @@ def combine_models(
 ) -> dict[str, NDArray[np.float64]]:
     """w_new = global_coefficient * w + sum_k c_k w_k, in float64.
 
-    ``local_models`` may be a generator: models are folded into the sum one at
-    a time, so memory does not grow with the number of clients.  The global
+    ``local_models``: any iterable of ``{name: array}`` (a
+    :class:`~.stacked.StackedModels` gives its rows), folded into the sum one
+    at a time in order, each converted to float64 on its own.  The global
     term is skipped when ``global_coefficient`` is 0 (then ``global_model`` may
     be None).
     """
@@ -49,6 +49,21 @@ def combine_models(
         for k, v in global_model.items():
             total[k] += global_coefficient * np.asarray(v, dtype=np.float64)
     return total
+
+
+def mix_with_global(
+    model: Mapping[str, NDArray],
+    global_model: Mapping[str, NDArray] | None,
+    global_coefficient: float,
+) -> dict[str, NDArray[np.float64]]:
+    """w_new = g w + (1 - g) M, in float64; M itself (as float64) when g is 0 (then ``global_model`` may be None)."""
+    if global_coefficient == 0.0:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in model.items()}
+    if global_model is None:
+        raise ValueError("global_model is required when global_coefficient != 0.")
+    g = global_coefficient
+    return {k: (1.0 - g) * np.asarray(v, dtype=np.float64) + g * np.asarray(global_model[k], dtype=np.float64)
+            for k, v in model.items()}
 
 
 def cast_like(value: NDArray, dtype: np.dtype) -> NDArray:
@@ -71,9 +86,3 @@ def cast_like(value: NDArray, dtype: np.dtype) -> NDArray:
 def record_like(arrays: Mapping[str, NDArray], like: ArrayRecord) -> ArrayRecord:
     """An ArrayRecord with the keys (in order), shapes and dtypes of ``like`` holding ``arrays`` (:func:`cast_like`)."""
     return to_array_record({key: cast_like(arrays[key], np.dtype(template.dtype)) for key, template in like.items()})
-
-
-def local_models(replies: Sequence[Message]) -> Iterator[dict[str, NDArray]]:
-    """Decode the model of each (valid) training reply, one at a time."""
-    for msg in replies:
-        yield from_array_record(arrays_of(msg))

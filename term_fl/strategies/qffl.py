@@ -76,7 +76,7 @@ def qffl_coefficients(
 def squared_distances(
     global_model: Mapping[str, NDArray], local_models: Iterable[Mapping[str, NDArray]]
 ) -> NDArray[np.float64]:
-    """||w - w_k||^2 for each local model (taken one at a time)."""
+    """||w - w_k||^2 for each local model (taken one at a time, e.g. the rows of a StackedModels)."""
     w = {k: np.asarray(v, dtype=np.float64) for k, v in global_model.items()}
     return np.array(
         [
@@ -182,7 +182,7 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
 
     def round_step(self, inputs: RoundInputs, state: None) -> tuple[Aggregation, None]:
         """c_k = L F_k^q / sum_j h_j and the global term 1 - sum_k c_k; no state."""
-        distances = squared_distances(inputs.global_model(), inputs.local_models())
+        distances = squared_distances(inputs.global_model(), inputs.models)
         coefficients = qffl_coefficients(inputs.losses, distances, self.q, 1.0 / self.client_learning_rate)
         return Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients))), state
 

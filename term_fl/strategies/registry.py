@@ -104,11 +104,18 @@ STRATEGIES: dict[str, StrategySpec] = {
     spec.name: spec
     for spec in (
         StrategySpec("fedavg", "FedAvg", "fedavg:FedAvg", "settings:Settings"),
+        StrategySpec("fedavg_uniform", "FedAvg (uniform)", "fedavg_uniform:FedAvgUniform",
+                     "fedavg_uniform:FedAvgUniformSettings"),
         StrategySpec("qffl", "q-FFL", "qffl:QFFL", "qffl:QFFLSettings", tuned=("q",), from_client={"client_lr": "lr"},
                      arguments={"client_lr": "client_learning_rate"}),
         StrategySpec("term", "TERM", "term:TermFedAvg", "term:TermSettings", tuned=("t",), shown=("lam",),
                      arguments={"server_lr": "server_learning_rate"}),
         StrategySpec("afl", "AFL", "afl:AFL", "afl:AFLSettings", tuned=("lambda_lr",)),
+        StrategySpec("median", "Median", "median:FedMedian", "median:MedianSettings"),
+        StrategySpec("trimmed_mean", "Trimmed mean", "trimmed_mean:FedTrimmedAvg", "trimmed_mean:TrimmedMeanSettings",
+                     tuned=("beta",)),
+        StrategySpec("krum", "Krum", "krum:Krum", "krum:KrumSettings", tuned=("num_malicious",), shown=("num_to_keep",),
+                     arguments={"num_malicious": "num_malicious_nodes", "num_to_keep": "num_nodes_to_select"}),
     )
 }
 

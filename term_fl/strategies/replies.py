@@ -1,6 +1,6 @@
 """Reading and checking the replies of a round: one reply filter for every strategy and the server loop.
 
-DESIGN.md 'Replies': error replies, missing keys, non-finite losses or
+docs/contracts.md, 'Replies': error replies, missing keys, non-finite losses or
 arrays are excluded with a warning naming the node (Flower's own consistency
 check would otherwise abort the run, and QFedAvg would turn a NaN loss into a
 NaN model); the valid replies are sorted by partition-id before any sum
@@ -12,9 +12,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
+from typing import Any, NamedTuple
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.serverapp.exception import AggregationError
 from flwr.supercore import log
 from numpy.typing import NDArray
 
@@ -22,13 +24,17 @@ from term_fl.flower_internals import from_array, records_of
 from term_fl.common.keys import PARTITION_ID
 
 from .reports import ExcludedReply
+from .stacked import StackedModels
 
 __all__ = [
+    "TrainReplies",
     "arrays_of",
     "filter_replies",
+    "filter_train_replies",
     "metric_carriers",
     "metric_values",
     "metrics_of",
+    "missing_loss_error",
     "partition_id_of",
     "sent_index",
 ]
@@ -67,6 +73,21 @@ def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
     """How many replies hold a MetricRecord, and how many of those carry ``key``."""
     records = [metrics for msg in replies if (metrics := metrics_of(msg)) is not None]
     return len(records), sum(1 for metrics in records if key in metrics)
+
+
+def missing_loss_error(strategy: str, key: str, server_round: int, replies: int) -> AggregationError:
+    """The error of a round in which no training reply carries the loss the strategy weights by."""
+    return AggregationError(
+        f"{strategy} weights each client by F_k, the loss of the received global model on the client's "
+        f"training data, measured before local training, which it reads from the metric '{key}'; none of "
+        f"the {replies} training replies of round {server_round} carries it. Add two lines to the "
+        "ClientApp's train function (from term_fl.plugin.losses import pre_training_loss):\n"
+        "    loss_before = pre_training_loss(model, trainloader, loss_fn)  "
+        "# after loading the received weights, before training\n"
+        f'    metrics["{key}"] = loss_before  # in the reply\'s MetricRecord\n'
+        f"or pass train_loss_key=KEY if the clients send this loss under another key. (Flower's examples "
+        "send 'train_loss' as the mean loss during local training: another quantity.)"
+    )
 
 
 def partition_id_of(msg: Message, partition_key: str = PARTITION_ID) -> int | None:
@@ -113,31 +134,64 @@ def _metrics_problem(
     return None
 
 
-def _arrays_problem(msg: Message, reference: ArrayRecord | None) -> str | None:
+def _decoded_arrays(msg: Message, reference: ArrayRecord | None) -> tuple[str | None, dict[str, NDArray] | None]:
+    """Why a training reply's model is unusable (None if it is), and the model decoded (None if it is not)."""
     records = records_of(msg.content, ArrayRecord)
     if len(records) != 1:
-        return f"expected exactly one ArrayRecord, found {len(records)}"
+        return f"expected exactly one ArrayRecord, found {len(records)}", None
     record = records[0]
     if reference is not None:
         if set(record.keys()) != set(reference.keys()):
             return (
                 f"array keys {sorted(record.keys())} differ from the global "
                 f"model's {sorted(reference.keys())}"
-            )
+            ), None
         for key, array in record.items():
             if tuple(array.shape) != tuple(reference[key].shape):
                 return (
                     f"array '{key}' has shape {tuple(array.shape)}, the global "
                     f"model's is {tuple(reference[key].shape)}"
-                )
+                ), None
+    decoded: dict[str, NDArray] = {}
     for key, array in record.items():
         try:
             values = from_array(array)
         except (TypeError, ValueError) as err:
-            return f"array '{key}' cannot be decoded: {err}"
+            return f"array '{key}' cannot be decoded: {err}", None
+        if values.shape != tuple(array.shape):
+            return f"array '{key}' holds values of shape {values.shape}, its shape says {tuple(array.shape)}", None
         if values.dtype.kind in "fc" and not np.all(np.isfinite(values)):
-            return f"array '{key}' has non-finite values"
-    return None
+            return f"array '{key}' has non-finite values", None
+        decoded[key] = values
+    return None, decoded if reference is None else {key: decoded[key] for key in reference.keys()}
+
+
+class TrainReplies(NamedTuple):
+    """The valid training replies of a round (sorted), their models decoded once and stacked, the excluded ones."""
+
+    valid: list[Message]
+    models: StackedModels | None  # None when no reply is valid
+    excluded: list[ExcludedReply]
+
+
+def filter_train_replies(
+    replies: Iterable[Message],
+    *,
+    required_metrics: Sequence[str],
+    reference_arrays: ArrayRecord | None = None,
+    **options: Any,
+) -> TrainReplies:
+    """:func:`filter_replies` for training replies, which also returns the valid replies' models.
+
+    Each valid reply's ArrayRecord is decoded exactly once (in the check that
+    its values are finite) and the models are stacked in the order of the
+    valid replies, with the keys in the order of ``reference_arrays`` (the
+    global model; else the first valid reply's). ``options``: those of
+    :func:`filter_replies`.
+    """
+    valid, models, excluded = _filter(replies, require_arrays=True, required_metrics=required_metrics,
+                                      reference_arrays=reference_arrays, **options)
+    return TrainReplies(valid, StackedModels.stack(models) if models else None, excluded)
 
 
 def filter_replies(
@@ -145,12 +199,7 @@ def filter_replies(
     *,
     require_arrays: bool,
     required_metrics: Sequence[str],
-    partition_key: str = PARTITION_ID,
-    reference_arrays: ArrayRecord | None = None,
-    positive_metrics: Sequence[str] = (),
-    nonnegative_metrics: Sequence[str] = (),
-    context: str = "aggregate",
-    sent: Mapping[str, tuple[int, int | None]] | None = None,
+    **options: Any,
 ) -> tuple[list[Message], list[ExcludedReply]]:
     """Split replies into valid ones (sorted) and excluded ones (logged).
 
@@ -162,7 +211,8 @@ def filter_replies(
     exactly one ArrayRecord, holds array keys or shapes other than
     ``reference_arrays`` (the global model) or non-finite array values.
     Without ``reference_arrays`` the reference is the first otherwise valid
-    reply in partition order.
+    reply in partition order. (:func:`filter_train_replies` also returns the
+    decoded models of the valid training replies.)
 
     Parameters
     ----------
@@ -192,18 +242,40 @@ def filter_replies(
         Valid replies sorted by partition id (then node id; replies without a
         partition id last, by node id), and the excluded replies.
     """
+    valid, _, excluded = _filter(replies, require_arrays=require_arrays, required_metrics=required_metrics,
+                                 **options)
+    return valid, excluded
+
+
+def _filter(  # noqa: PLR0913
+    replies: Iterable[Message],
+    *,
+    require_arrays: bool,
+    required_metrics: Sequence[str],
+    partition_key: str = PARTITION_ID,
+    reference_arrays: ArrayRecord | None = None,
+    positive_metrics: Sequence[str] = (),
+    nonnegative_metrics: Sequence[str] = (),
+    context: str = "aggregate",
+    sent: Mapping[str, tuple[int, int | None]] | None = None,
+) -> tuple[list[Message], list[dict[str, NDArray]], list[ExcludedReply]]:
+    """The valid replies (sorted), their decoded models (when ``require_arrays``), the excluded replies."""
     materialised = sorted(replies, key=lambda msg: _sort_key(msg, partition_key))
     valid: list[Message] = []
+    models: list[dict[str, NDArray]] = []
     excluded: list[ExcludedReply] = []
     for msg in materialised:
+        # Check the metrics, then (training) decode the model once and check its keys, shapes and values
         reason = _metrics_problem(msg, required_metrics, positive_metrics, nonnegative_metrics)
         if reason is None and require_arrays:
-            reason = _arrays_problem(msg, reference_arrays)
-            if reason is None and reference_arrays is None:
-                reference_arrays = arrays_of(msg)
+            reason, model = _decoded_arrays(msg, reference_arrays)
+            if reason is None:
+                models.append(model)
+                reference_arrays = reference_arrays if reference_arrays is not None else arrays_of(msg)
         if reason is None:
             valid.append(msg)
             continue
+        # Name the node (and partition) the reply answers for, and log why it is left out
         node_id, partition_id = msg.metadata.src_node_id, partition_id_of(msg, partition_key)
         if sent and msg.metadata.reply_to_message_id in sent:
             node_id, sent_partition = sent[msg.metadata.reply_to_message_id]
@@ -219,7 +291,7 @@ def filter_replies(
             reason,
         )
     log(INFO, "%s: %d valid replies, %d excluded", context, len(valid), len(excluded))
-    return valid, excluded
+    return valid, models, excluded
 
 
 def sent_index(

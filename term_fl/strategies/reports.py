@@ -7,10 +7,13 @@ kept as ``strategy.last_round`` for plug-in users of Flower's own loop.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from logging import INFO
 from typing import NamedTuple
 
 import numpy as np
+from flwr.supercore import log
 from numpy.typing import NDArray
 
 Diagnostics = dict[str, "float | list[float]"]
@@ -45,10 +48,18 @@ class TrainReport:
     num_examples : numpy.ndarray
         n_k (metric ``weighted_by_key``).
     weights : numpy.ndarray
-        The coefficients c_k actually applied in
-        ``w_new = (1 - sum_k c_k) w + sum_k c_k w_k``: n_k / sum n for FedAvg,
-        eta_s p_k for TERM, L F_k^q / sum_j h_j for q-FFL, AFL's lambda
-        renormalised over the sampled devices.
+        What each client contributed to the new model, after the server
+        learning rate eta_s. For the strategies that choose coefficients, the
+        c_k actually applied in ``w_new = g w + sum_k c_k w_k``: n_k / sum n
+        for FedAvg, 1/m for FedAvg (uniform), eta_s p_k for TERM,
+        L F_k^q / sum_j h_j for q-FFL, AFL's lambda renormalised over the
+        sampled devices, Krum's selection (n_k / sum of the selected n_j for a
+        selected client, 0 for the others). For the coordinate-wise
+        aggregators (median, trimmed mean), the share of client k averaged
+        over every coordinate of the model: at each coordinate the values
+        that enter the aggregate share it equally (the middle one or two for
+        the median, those left after trimming for the trimmed mean; ties go
+        to the lower partition id), so a client that is always trimmed gets 0.
     diagnostics : dict
         The strategy's own numbers after the round (TERM: ``running_estimate``
         Rt; AFL: ``mixture_weights``, lambda over every partition); empty for
@@ -89,3 +100,17 @@ class EvaluationReport:
     node_ids: list[int]
     metrics: list[dict[str, float | int | list[float] | list[int]]]
     excluded: list[ExcludedReply] = field(default_factory=list)
+
+
+def log_train_report(report: TrainReport) -> None:
+    """Log a round's diagnostics (the scalar ones) and each reply's F_k and weight."""
+    scalars = {k: v for k, v in report.diagnostics.items() if isinstance(v, float | int)}
+    if scalars:
+        log(INFO, "aggregate_train: round %d: %s", report.server_round,
+            ", ".join(f"{k} = {v:.6g}" for k, v in scalars.items()))
+    for node, partition, loss, weight in zip(report.node_ids, report.partition_ids, report.losses,
+                                             report.weights, strict=True):
+        if math.isnan(loss):  # a strategy that needs no loss (FedAvg) and a reply that sent none
+            log(INFO, "\t> node %d (partition %s): weight %.6g", node, partition, weight)
+        else:
+            log(INFO, "\t> node %d (partition %s): F_k = %.6g, weight %.6g", node, partition, loss, weight)

@@ -1,21 +1,32 @@
-"""Seeded sampling of devices by partition-id (DESIGN.md 'Node discovery', 'Determinism').
+"""Seeded sampling of devices by partition-id (docs/contracts.md, 'Node discovery', 'Determinism').
 
 Flower assigns random node ids per run and its own sampling is not seeded:
 once the server knows which node holds which partition, it samples partition
 ids with a generator of :func:`term_fl.common.seeding.sampling_rng`, so the same
 seed selects the same devices whatever node ids Flower assigns.
+:class:`PartitionSampler` is that sampler; :class:`PartitionSampling` is
+Flower's FedAvg whose ``configure_train`` / ``configure_evaluate`` use it,
+the base of term-fl's template :class:`~term_fl.strategies.FedAvg`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
-from logging import WARNING
+from logging import INFO, WARNING
+from typing import Any
 
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
 from flwr.supercore import log
 
-from term_fl.common.seeding import sampling_rng
+from term_fl.common.keys import SERVER_ROUND
+from term_fl.common.seeding import EVAL_SAMPLING, TRAIN_SAMPLING, sampling_rng
 
-__all__ = ["PartitionSampler"]
+from .replies import sent_index
+
+__all__ = ["PartitionSampler", "PartitionSampling"]
 
 
 class PartitionSampler:
@@ -77,3 +88,117 @@ class PartitionSampler:
     def nodes(self, partitions: Iterable[int]) -> list[int]:
         """The node of each partition."""
         return [self.node_of_partition[p] for p in partitions]
+
+
+class PartitionSampling(FlowerFedAvg):
+    """Flower's FedAvg whose ``configure_train`` / ``configure_evaluate`` sample partitions with a seed.
+
+    Once :meth:`set_node_partitions` was called, each round samples
+    partition ids (:class:`PartitionSampler`) and sends to their nodes;
+    before, Flower's own sampling applies. It keeps the global model sent
+    (:attr:`current_arrays`) and the instructions sent this round (to name
+    the node an error reply answers for). ``clients_per_round``, ``seed``
+    and ``evaluate_fraction`` are documented in :class:`term_fl.strategies.FedAvg`;
+    ``flower`` holds Flower's FedAvg arguments.
+    """
+
+    def __init__(
+        self, *, clients_per_round: int | None = None, seed: int = 0, evaluate_fraction: float = 1.0, **flower: Any
+    ) -> None:
+        super().__init__(**flower)
+        if clients_per_round is not None and (
+            isinstance(clients_per_round, bool)
+            or not isinstance(clients_per_round, int)
+            or clients_per_round < 1
+        ):
+            raise ValueError(
+                f"clients_per_round must be a positive int or None, got {clients_per_round!r}."
+            )
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise ValueError(f"seed must be a non-negative int, got {seed!r}.")
+        if not 0.0 <= evaluate_fraction <= 1.0:
+            raise ValueError(f"evaluate_fraction must be in [0, 1], got {evaluate_fraction!r}.")
+        self.clients_per_round = clients_per_round
+        self.seed = seed
+        self.evaluate_fraction = float(evaluate_fraction)
+        self.current_arrays: ArrayRecord | None = None
+        self._sent: list[Message] = []
+        self._sampler: PartitionSampler | None = None
+
+    def set_node_partitions(self, mapping: Mapping[int, int]) -> None:
+        """Learn which partition each node holds (node_id -> partition_id).
+
+        From then on training and evaluation sample partitions with the seeded
+        generator and send to their nodes.
+        """
+        self._sampler = PartitionSampler(mapping, self.seed)
+
+    @property
+    def node_partitions(self) -> dict[int, int] | None:
+        """The node_id -> partition_id mapping, or None when not set."""
+        return None if self._sampler is None else self._sampler.node_partitions
+
+    def sample_partitions(self, server_round: int, grid: Grid, size: int, stream: int) -> list[int]:
+        """``size`` partitions (sorted) among those whose node is connected (:meth:`PartitionSampler.sample`)."""
+        assert self._sampler is not None
+        return self._sampler.sample(server_round, grid.get_node_ids(), size, stream)
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Sample partitions (seeded) and send them the global model."""
+        self.current_arrays = arrays.copy()
+        if self._sampler is None:
+            return self._remember(super().configure_train(server_round, arrays, config, grid))
+        config[SERVER_ROUND] = server_round
+        total = len(self._sampler.node_of_partition)
+        if self.clients_per_round is not None:
+            size = self.clients_per_round
+        elif self.fraction_train == 0.0:
+            return []
+        else:
+            size = max(int(total * self.fraction_train), self.min_train_nodes)
+        partitions = self.sample_partitions(server_round, grid, size, stream=TRAIN_SAMPLING)
+        return self._messages_to_partitions(partitions, arrays, config, MessageType.TRAIN, total)
+
+    def configure_evaluate(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Sample ceil(evaluate_fraction * P) partitions (seeded) for evaluation."""
+        if self._sampler is None:
+            return self._remember(super().configure_evaluate(server_round, arrays, config, grid))
+        config[SERVER_ROUND] = server_round
+        count = len(self._sampler.connected(grid.get_node_ids()))
+        # the small offset keeps e.g. ceil(0.3 * 10) at 3 despite rounding
+        size = math.ceil(self.evaluate_fraction * count - 1e-9)
+        if size == 0:
+            return []
+        partitions = self.sample_partitions(server_round, grid, size, stream=EVAL_SAMPLING)
+        return self._messages_to_partitions(partitions, arrays, config, MessageType.EVALUATE, count)
+
+    def _messages_to_partitions(
+        self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord, message_type: str, total: int
+    ) -> list[Message]:
+        assert self._sampler is not None
+        log(INFO, "%s: sampled partitions %s (%d of %d)",
+            "configure_train" if message_type == MessageType.TRAIN else "configure_evaluate",
+            partitions, len(partitions), total)
+        record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
+        return self._remember(self._construct_messages(record, self._sampler.nodes(partitions), message_type))
+
+    def _remember(self, messages: Iterable[Message]) -> list[Message]:
+        """Keep this round's instructions: the grid gives them ids when it pushes them."""
+        self._sent = list(messages)
+        return self._sent
+
+    def _sent_index(self) -> dict[str, tuple[int, int | None]]:
+        return sent_index(self._sent, self.node_partitions)
+
+    def summary(self) -> None:
+        """Log the sampling settings, then Flower's."""
+        log(INFO, "\t├──> term-fl sampling:")
+        log(INFO, "\t│\t├── clients_per_round: %s | evaluate_fraction: %.2f | seed: %d",
+            self.clients_per_round, self.evaluate_fraction, self.seed)
+        log(INFO, "\t│\t└── partitions known: %s",
+            "no (Flower sampling)" if self._sampler is None else len(self._sampler.node_of_partition))
+        super().summary()
