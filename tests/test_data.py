@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from term_fl.data import (
     ANY_SHA256,
     VEHICLE_SHA256,
-    DATASET_NAMES,
+    DATASETS,
     NOISE_KINDS,
     DATA_SPLITS as SPLITS,
     DataError,
@@ -608,7 +608,7 @@ def test_bad_noise_settings_are_refused():
 def test_unknown_dataset_name_lists_the_allowed_names():
     with pytest.raises(ValueError, match=r"unknown dataset 'mnist'; expected one of synthetic, vehicle"):
         build_dataset("mnist")
-    assert DATASET_NAMES == ("synthetic", "vehicle")
+    assert tuple(DATASETS) == ("synthetic", "vehicle")
 
 
 @pytest.mark.parametrize("k", [-1, 12, 100])

@@ -37,9 +37,9 @@ FLAT_TABLE_DEFAULTS: dict[str, dict[str, Any]] = {
     "data": {"num_devices": 100, "alpha": 1.0, "beta": 1.0, "max_samples": 1000},
     "model": {"hidden": 64, "l2": 1e-3},
 }
-"""The settings the one flat ``[data]`` and ``[model]`` tables held for every dataset and model (term-fl up to
-0.3's sub-tables), at their defaults there. Every earlier hash holds them, so a run whose dataset or model lacks
-one hashes it at this value: a vehicle run's hash holds ``num_devices = 100``, a softmax regression's
+"""The settings that the one flat ``[data]`` and ``[model]`` tables held for every dataset and model before the
+sub-tables, at their defaults there. Every earlier hash holds them, so a run whose dataset or model lacks one
+hashes it at this value: a vehicle run's hash holds ``num_devices = 100``, a softmax regression's
 ``hidden = 64``. A dataset or model added later adds nothing here. Never change these values: they are what
 earlier versions hashed."""
 

@@ -30,7 +30,7 @@ def with_overrides(scenario: Scenario, overrides: Mapping[str, Any], *, lenient:
 
 
 def sweep_cells(scenario: Scenario) -> list[tuple[dict[str, Any], Scenario]]:
-    """Expand the ``[sweep]` table into runs: one (overrides, scenario) per cell, in a stable order.
+    """Expand the ``[sweep]`` table into runs: one (overrides, scenario) per cell, in a stable order.
 
     Every key but ``cells`` maps a dotted key to a list of values, and the
     grid is their product (the last key varies fastest). ``cells``, when

@@ -13,7 +13,7 @@ rounding rule), ``noise`` (corrupting chosen devices), ``build``
 generator comes from :mod:`term_fl.common.seeding`.
 """
 
-from .build import DATASET_NAMES, build_dataset, dataset_for
+from .build import build_dataset, dataset_for
 from .errors import DataError, DataSettingError
 from .noise import NOISE_KINDS
 from .registry import DATASETS, DatasetSpec
@@ -25,7 +25,6 @@ from .vehicle import ANY_SHA256, VEHICLE_ENV_VAR, VEHICLE_SHA256, VehicleData, V
 __all__ = [
     "ANY_SHA256",
     "DATASETS",
-    "DATASET_NAMES",
     "NOISE_KINDS",
     "DATA_SPLITS",
     "VEHICLE_ENV_VAR",

@@ -9,13 +9,9 @@ from term_fl.common.seeding import NOISE_TAG, SPLIT_TAG, check_seed, device_rng
 from term_fl.common.settings import SettingsModel
 
 from .noise import check_noise, corrupt_device, noise_metadata, select_noisy_devices
-from .registry import DATASETS, DatasetSpec, dataset_spec
+from .registry import DatasetSpec, dataset_spec
 from .splits import check_fractions, split_indices, split_sizes
 from .types import DeviceData, FederatedDataset
-
-DATASET_NAMES = tuple(DATASETS)
-"""The registered datasets' names (:data:`term_fl.data.registry.DATASETS`)."""
-
 
 def build_dataset(
     name: str,
