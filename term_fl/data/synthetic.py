@@ -15,12 +15,16 @@ much their feature distributions differ.
 Device sizes follow FedProx: ``floor(lognormal(4, 2)) + 50``, capped at
 ``max_samples``. The reference code caps nothing, but the lognormal tail
 reaches millions of samples for a few devices among thousands; the cap
-(default 1000 in :func:`term_fl.data.build_dataset`) keeps memory bounded.
+(default 1000, :class:`SyntheticSettings`) keeps memory bounded.
 A cap below 50 lowers the floor to the cap.
 
 Scale: all sizes come from one cheap stream ``[seed, SIZES_TAG]``; device k's
 parameters and samples come from ``[seed, k, DEVICE_TAG]`` alone, so a
 client builds its own device without generating any other.
+
+:class:`SyntheticSettings` are the dataset's settings (a scenario's
+``[data.synthetic]`` table) and :func:`synthetic_source` its builder: the
+dataset registry (:mod:`term_fl.data.registry`) names both.
 """
 
 from __future__ import annotations
@@ -32,9 +36,13 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
 from term_fl.common.seeding import DEVICE_TAG, SIZES_TAG, check_seed, dataset_rng, device_rng
+from term_fl.common.settings import SettingsModel
+
 from .splits import MIN_DEVICE_SAMPLES
+from .types import DeviceSource
 
 NUM_FEATURES = 60
 NUM_CLASSES = 10
@@ -116,3 +124,21 @@ class SyntheticGenerator:
             "max_samples": None if self.max_samples is None else int(self.max_samples),
             "sizes": "floor(lognormal(4, 2)) + 50, capped at max_samples",
         }
+
+
+class SyntheticSettings(SettingsModel):
+    """The settings of Synthetic(alpha, beta) (a scenario's ``[data.synthetic]`` table)."""
+
+    num_devices: int = Field(100, ge=1, le=1_000_000, description="synthetic devices")
+    alpha: float = Field(1.0, ge=0.0, le=100.0, description="variance of the devices' model means")
+    beta: float = Field(1.0, ge=0.0, le=100.0, description="variance of the devices' feature means")
+    max_samples: int | None = Field(1000, ge=MIN_DEVICE_SAMPLES, le=1_000_000,
+                                    description="cap on a synthetic device's size")
+
+
+def synthetic_source(settings: SyntheticSettings, seed: int) -> DeviceSource:
+    """The devices of Synthetic(alpha, beta) generated from ``seed`` (each on first access)."""
+    generator = SyntheticGenerator(seed, settings.num_devices, settings.alpha, settings.beta, settings.max_samples)
+    sizes = [int(n) for n in generator.sizes]
+    return DeviceSource(generator.device, sizes, [f"synthetic device {k}" for k in range(len(sizes))],
+                        NUM_FEATURES, NUM_CLASSES, {"generator": generator.metadata()})
