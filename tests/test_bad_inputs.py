@@ -136,7 +136,7 @@ SCENARIO_CASES = [
     ("unknown-key-of-a-sub-table", lambda p: ["--set", "strategy.qffl.t=2"],
      ["strategy.qffl.t", "unknown key", "allowed in [strategy.qffl]: q, loss_reduction"]),
     ("sub-table-is-a-table", lambda p: ["--set", "strategy.term=2"], ["strategy.term", "valid dictionary"]),
-    ("reference-unknown", lambda p: ["--set", "run.reference=krum"], ["run.reference", "'fedavg'", "krum"]),
+    ("reference-unknown", lambda p: ["--set", "run.reference=fedprox"], ["run.reference", "'fedavg'", "fedprox"]),
     ("reference-twice", lambda p: ["--set", 'run.reference=["fedavg", "qffl", "fedavg"]'],
      ["run.reference", "fedavg more than once"]),
 ]
