@@ -94,7 +94,7 @@ def build_messages(scenario_name: str, workdir: Path) -> dict[str, Path]:
         scenario = load_scenario(REPO / "configs" / "fairness.toml",
                                  ["data.num_devices=10", "run.clients_per_round=5"])
     TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, 1, SUPERLINK_NODE_ID  # a ServerApp's
-    num = 23 if scenario.data.name == "vehicle" else scenario.data.num_devices
+    num = 23 if scenario.data.name == "vehicle" else scenario.data.synthetic.num_devices
     node_config = {"partition-id": 0, "num-partitions": num}
     arrays = initial_arrays(scenario)
     config = ConfigRecord({SCENARIO_KEY: scenario.to_json(), "server-round": 1})

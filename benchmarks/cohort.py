@@ -177,7 +177,7 @@ def round_floor(scenario: Scenario, device: str, repeats: int = 5) -> dict[str, 
     train_rows = int(sum(len(dataset.device(int(k)).y_train) for k in sampled)) * scenario.client.epochs
     eval_rows = int(sum(len(dataset.device(k).y_val) + len(dataset.device(k).y_test) for k in range(dataset.num_devices)))
     d, c = dataset.num_features, dataset.num_classes
-    hidden = scenario.model.hidden if scenario.model.name == "mlp" else 0
+    hidden = scenario.model.mlp.hidden if scenario.model.name == "mlp" else 0
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(train_rows, d, generator=gen).to(device)
     x_eval = torch.randn(eval_rows, d, generator=gen).to(device)

@@ -42,7 +42,7 @@ class ReferenceFedAvg:
         self.torch_device = torch.device(device)
         dataset = dataset_for(scenario)
         self.svm = scenario.model.name == "linear_svm"
-        self.l2 = scenario.model.l2 if self.svm else 0.0
+        self.l2 = scenario.model.linear_svm.l2 if self.svm else 0.0
         self.num_classes = 1 if self.svm else dataset.num_classes
         self.num_features = dataset.num_features
         self.devices = []

@@ -44,7 +44,7 @@ def _strategies(scenario: Scenario, num_nodes: int) -> dict[str, Any]:
     fraction = min(1.0, (CLIENTS_PER_ROUND + 0.5) / num_nodes)
     common = dict(fraction_train=fraction, fraction_evaluate=EVALUATE_FRACTION,
                   min_available_nodes=num_nodes, min_train_nodes=min(CLIENTS_PER_ROUND, num_nodes))
-    t = scenario.strategy.t if scenario.strategy.t > 0 else 1.0
+    t = scenario.strategy.term.t if scenario.strategy.term.t > 0 else 1.0
     return {
         "TermFedAvg": lambda: TermFedAvg(t=t, **common),
         "flwr.FedAvg": lambda: FlowerFedAvg(**common),

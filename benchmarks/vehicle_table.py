@@ -49,7 +49,7 @@ def table_cells(base: Scenario, size: str) -> list[Scenario]:
     """The 3 x 5 runs of the table (3 x 1 with --size small), in a stable order."""
     sweep = _config_sweep()
     seeds = [int(s) for s in sweep.get("run.seed", DEFAULT_SEEDS)][:5] or DEFAULT_SEEDS
-    t = base.strategy.t if base.strategy.name == "term" and base.strategy.t > 0 else None
+    t = base.strategy.term.t if base.strategy.name == "term" and base.strategy.term.t > 0 else None
     if t is None:
         t = next((float(v) for v in sweep.get("strategy.t", []) if float(v) > 0), 1.0)
     if size == "small":

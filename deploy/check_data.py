@@ -39,7 +39,8 @@ def main(argv: list[str]) -> int:
     if scenario.data.name != "vehicle":
         print(f"term-fl: {scenario.name} uses {scenario.data.name} data: no file needed")
         return 0
-    print(f"term-fl: vehicle data ok: {scenario.data.path} (sha256 {file_digest(scenario.data.path)})")
+    path = scenario.data.vehicle.path
+    print(f"term-fl: vehicle data ok: {path} (sha256 {file_digest(path)})")
     return 0
 
 

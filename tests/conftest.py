@@ -33,8 +33,9 @@ def vehicle_path() -> Path | None:
 
 
 SMALL = [
-    "data.num_devices=6",
-    "data.max_samples=60",
+    # sub-table keys: defaults of the synthetic data and of TERM, harmless where a test chooses another
+    "data.synthetic.num_devices=6",
+    "data.synthetic.max_samples=60",
     "data.train_fraction=0.6",
     "data.val_fraction=0.2",
     "data.test_fraction=0.2",
@@ -46,7 +47,7 @@ SMALL = [
     "run.reference=none",
     "run.executor=sequential",
     "run.evaluate_every=1",
-    "strategy.t=1",
+    "strategy.term.t=1",
 ]
 
 

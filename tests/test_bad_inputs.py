@@ -70,11 +70,11 @@ VEHICLE = ["--set", "data.name=vehicle", "--set", "data.sha256=any", "--set", "r
 
 # (id, extra args builder(tmp_path) -> args, words the message must contain)
 SCENARIO_CASES = [
-    ("t-too-large", lambda p: ["--set", "strategy.t=5000"], ["strategy.t", "less than or equal to 1000"]),
+    ("t-too-large", lambda p: ["--set", "strategy.t=5000"], ["strategy.term.t", "less than or equal to 1000"]),
     ("unknown-key", lambda p: ["--set", "strategy.tt=1"], ["strategy.tt", "unknown key", "allowed"]),
     ("bad-override", lambda p: ["--set", "nonsense"], ["nonsense", "KEY=VALUE"]),
     ("rounds-true", lambda p: ["--set", "run.rounds=true"], ["run.rounds", "boolean"]),
-    ("t-true", lambda p: ["--set", "strategy.t=true"], ["strategy.t", "boolean"]),
+    ("t-true", lambda p: ["--set", "strategy.t=true"], ["strategy.term.t", "boolean"]),
     ("noisy-devices-bool", lambda p: ["--set", "data.noisy_devices=[true]"], ["data.noisy_devices", "boolean"]),
     ("clients-per-round-above-devices", lambda p: ["--set", "run.clients_per_round=500"],
      ["run.clients_per_round = 500", "6 devices", "1..6"]),
@@ -119,9 +119,26 @@ SCENARIO_CASES = [
      ["run.clients_per_round = 10", "3 devices"]),
     ("vehicle-not-the-published-file",
      lambda p: ["--set", "data.name=vehicle", "--set", f"data.path={vehicle_file(p)}"],
-     ["data.sha256", "vehicle.json", "sha256 mismatch", "a8c8b22a89ea64e5", "data.sha256="]),
+     ["data.vehicle.sha256", "vehicle.json", "sha256 mismatch", "a8c8b22a89ea64e5", "data.sha256="]),
     ("vehicle-sha256-not-hex", lambda p: ["--set", "data.name=vehicle", "--set", "data.sha256=abc"],
-     ["data.sha256", "abc"]),
+     ["data.vehicle.sha256", "abc"]),
+    # a flat key set by --set must be a setting of the chosen strategy, dataset or model (a file's is a default)
+    ("t-for-qffl", lambda p: ["--set", "strategy.name=qffl", "--set", "strategy.t=2"],
+     ["strategy.t", "the strategy qffl has no setting 't'", "qffl's settings: q, loss_reduction",
+      "clip_loss, max_update_norm", "strategy.term.t"]),
+    ("q-for-term", lambda p: ["--set", "strategy.q=2"], ["strategy.q", "the strategy term has no setting 'q'",
+                                                          "strategy.qffl.q"]),
+    ("alpha-for-vehicle", lambda p: [*VEHICLE, "--set", "data.alpha=2"],
+     ["data.alpha", "the dataset vehicle has no setting 'alpha'", "vehicle's settings: path, sha256",
+      "data.synthetic.alpha"]),
+    ("l2-for-logreg", lambda p: ["--set", "model.l2=0.5"],
+     ["model.l2", "the model logreg has no setting 'l2'", "logreg's settings: none", "model.linear_svm.l2"]),
+    ("unknown-key-of-a-sub-table", lambda p: ["--set", "strategy.qffl.t=2"],
+     ["strategy.qffl.t", "unknown key", "allowed in [strategy.qffl]: q, loss_reduction"]),
+    ("sub-table-is-a-table", lambda p: ["--set", "strategy.term=2"], ["strategy.term", "valid dictionary"]),
+    ("reference-unknown", lambda p: ["--set", "run.reference=fedprox"], ["run.reference", "'fedavg'", "fedprox"]),
+    ("reference-twice", lambda p: ["--set", 'run.reference=["fedavg", "qffl", "fedavg"]'],
+     ["run.reference", "fedavg more than once"]),
 ]
 
 
@@ -176,6 +193,25 @@ PATH_CASES = [
     ("sweep-without-sweep", lambda p: ["sweep", str(_write(p / "s.toml", "[run]\nrounds = 1\n")), "--db",
                                         str(p / "r.db")], ["no [sweep] table"]),
 ]
+
+
+SWEEP_CASES = [
+    ("cell-sets-a-key-its-strategy-lacks",
+     '[sweep]\ncells = [{ "strategy.name" = "fedavg" }, { "strategy.name" = "qffl", "strategy.t" = 2 }]\n',
+     ["strategy.t", "the strategy qffl has no setting 't'", "strategy.term.t"]),
+    ("cell-sets-a-key-its-model-lacks",
+     '[sweep]\ncells = [{ "model.name" = "mlp", "model.l2" = 0.1 }]\n',
+     ["model.l2", "the model mlp has no setting 'l2'", "mlp's settings: hidden"]),
+]
+
+
+@pytest.mark.parametrize(("text", "words"), [c[1:] for c in SWEEP_CASES], ids=[c[0] for c in SWEEP_CASES])
+def test_bad_sweep_cells_exit_2_naming_the_key_and_the_strategy(text, words, tmp_path, capsys):
+    """A grid key applies to the strategies that have it; a cell names its strategy, so a key it lacks is an error."""
+    scenario = _write(tmp_path / "s.toml", text)
+    code = main(["sweep", str(scenario), *SMALL_ARGS, "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "out")])
+    assert_usage_error(code, capsys.readouterr().err, words)
+    assert not list((tmp_path / "out").glob("*/summary.json"))  # no cell ran
 
 
 def _store(p: Path) -> Path:

@@ -36,7 +36,7 @@ def test_run_prints_a_header_progress_the_table_and_the_run_dir_and_nothing_else
     assert str(out) in printed and "finished" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "finished" and summary["rounds_completed"] == 3
-    assert json.loads((out / "config.json").read_text())["data"]["num_devices"] == 6
+    assert json.loads((out / "config.json").read_text())["data"]["synthetic"]["num_devices"] == 6
     assert (out / "model.pt").is_file()
     assert ResultsStore.open_readonly(db).get_run(summary["run_id"]).status == "finished"
 
@@ -47,8 +47,9 @@ def test_run_with_a_reference_runs_fedavg_on_the_same_seed_and_shows_the_differe
                  "--set", "run.evaluate_every=2", "--out", str(out), "--db", str(db)])
     printed = capsys.readouterr().out
     assert code == 0
-    assert "reference round 3/3" in printed and "term t=2 - fedavg" in printed
-    main_run, reference = (json.loads((path / "summary.json").read_text()) for path in (out, tmp_path / "run-reference"))
+    assert "reference fedavg round 3/3" in printed and "term t=2 - fedavg" in printed
+    main_run, reference = (json.loads((path / "summary.json").read_text())
+                           for path in (out, tmp_path / "run-reference-fedavg"))
     assert main_run["strategy"]["name"] == "term" and reference["strategy"]["name"] == "fedavg"
     assert reference["seed"] == main_run["seed"] and reference["reference_hash"] == main_run["reference_hash"]
     assert reference["config_hash"] == main_run["reference_hash"]  # the reference is the run's plain-FedAvg twin
@@ -61,13 +62,40 @@ def test_run_with_a_reference_runs_fedavg_on_the_same_seed_and_shows_the_differe
     assert f"{diff:+.4f}" in row
 
 
+def test_run_with_two_references_runs_each_after_the_run_and_shows_the_difference_to_each(tmp_path, capsys,
+                                                                                          monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the table on one line per row
+    out, db = tmp_path / "run", tmp_path / "r.db"
+    code = main(["run", "--engine", "inprocess", *SMALL_ARGS, "--set", 'run.reference=["fedavg", "qffl"]',
+                 "--set", "strategy.t=2", "--set", "strategy.qffl.q=3", "--out", str(out), "--db", str(db)])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "then its references: FedAvg, q-FFL, on the same seed" in " ".join(printed.split())
+    summaries = [json.loads((path / "summary.json").read_text())
+                 for path in (out, tmp_path / "run-reference-fedavg", tmp_path / "run-reference-qffl")]
+    assert [s["strategy"]["name"] for s in summaries] == ["term", "fedavg", "qffl"]
+    assert summaries[2]["strategy"]["q"] == 3.0  # the scenario's settings of q-FFL, no client tilt
+    assert len({s["seed"] for s in summaries}) == 1
+    store = ResultsStore.open_readonly(db)
+    assert [r.name for r in sorted(store.list_runs(), key=lambda r: r.started_at)] == [
+        "default", "default (reference: fedavg)", "default (reference: qffl)"]
+    # one column per run, then the run's difference to each reference, in the order of run.reference
+    header = next(line for line in printed.splitlines() if "term t=2 - fedavg" in line)
+    assert header.index("term t=2 - fedavg") < header.index("term t=2 - qffl q=3")
+    for label, key in (("worst 10%", "worst_10"), ("VaR", "var")):
+        row = next(line for line in printed.splitlines() if line.lstrip("│ ").startswith(label + " "))
+        cells = [cell.strip() for cell in row.strip("│ ").split("│")]
+        test = [s["test"][key] for s in summaries]
+        assert cells[1:] == [f"{v:.4f}" for v in test] + [f"{test[0] - test[1]:+.4f}", f"{test[0] - test[2]:+.4f}"]
+
+
 def test_no_reference_runs_the_scenario_alone(tmp_path, capsys):
     db = tmp_path / "r.db"
     assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--set", "run.reference=fedavg", "--no-reference",
                  "--out", str(tmp_path / "run"), "--db", str(db)]) == 0
     assert "reference round" not in capsys.readouterr().out
     assert [r.strategy for r in ResultsStore.open_readonly(db).list_runs()] == ["term"]
-    assert not (tmp_path / "run-reference").exists()
+    assert not list(tmp_path.glob("run-reference*"))
 
 
 def test_rounds_and_seed_shortcuts_override_the_scenario(tmp_path):
@@ -81,7 +109,7 @@ def test_rounds_and_seed_shortcuts_override_the_scenario(tmp_path):
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--set", "strategy.t=5000"], "strategy.t: Input should be less than or equal to 1000"),
+        (["--set", "strategy.t=5000"], "strategy.term.t: Input should be less than or equal to 1000"),
         (["--set", "strategy.tt=1"], "strategy.tt: unknown key"),
         (["--set", "nonsense"], "expected KEY=VALUE"),
         (["--set", "data.name=vehicle", "--set", "data.path=/nonexistent/v.json"], "does not exist"),

@@ -33,7 +33,8 @@ REL = 1e-5
 
 
 def _model(name: str, classes: int, d: int = 6, seed: int = 0) -> TermModel:
-    model = build_model(name, d, classes, hidden=7, l2=0.02, seed=seed)
+    settings = {"linear_svm": {"l2": 0.02}, "logreg": {}, "mlp": {"hidden": 7}}[name]
+    model = build_model(name, d, classes, seed=seed, **settings)
     if name == "mlp":
         model.l2 = 0.01  # the classes accept a penalty; build_model gives one to the SVM only
     gen = torch.Generator().manual_seed(seed + 1)

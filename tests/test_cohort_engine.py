@@ -75,7 +75,7 @@ def _grid(n: int, cohort: bool) -> InProcessGrid:
 
 def _exchange(scenario, kind: str, arrays: ArrayRecord, cohort: bool, server_round: int = 3):
     """Replies of every node to one message each (the round's shared record, as the strategies send it)."""
-    n = scenario.data.num_devices if scenario.data.name == "synthetic" else 23
+    n = scenario.data.synthetic.num_devices if scenario.data.name == "synthetic" else 23
     grid = _grid(n, cohort)
     content = RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({SCENARIO: scenario.to_json(),
                                                                 SERVER_ROUND: server_round})})
@@ -119,7 +119,7 @@ def test_a_run_with_the_cohort_executor_records_what_the_sequential_one_records(
     runs = {}
     for executor in ("sequential", "cohort"):
         scenario = small_scenario("run.engine=inprocess", f"run.executor={executor}", f"strategy.name={strategy}",
-                                  "strategy.t=2", "client.tau=-0.5", "client.epochs=2")
+                                  "strategy.term.t=2", "client.tau=-0.5", "client.epochs=2")
         recorder = _Rounds()
         runs[executor] = (run_scenario(scenario, recorder), recorder.records)
     (seq_result, seq_rounds), (coh_result, coh_rounds) = runs["sequential"], runs["cohort"]

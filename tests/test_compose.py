@@ -305,7 +305,7 @@ def test_default_run_is_short_and_full_size_is_an_override(main, profile, tmp_pa
     assert load_scenario(scenario, full, environ=env, check_files=False).run.rounds == 100
     extra = submit_overrides(main, profile, {"TERM_FL_OVERRIDES": "run.rounds=3 strategy.t=2.0"})
     resolved = load_scenario(scenario, extra, environ=env, check_files=False)
-    assert (resolved.run.rounds, resolved.strategy.t) == (3, 2.0)
+    assert (resolved.run.rounds, resolved.strategy.term.t) == (3, 2.0)
 
 
 def test_vehicle_profile_checks_its_data_before_any_supernode_starts(main):
@@ -573,7 +573,7 @@ def test_e2e_check_accepts_a_finished_run_and_names_what_is_missing(tmp_path):
     scenario = small_scenario("run.engine=inprocess", "run.evaluate_fraction=0.5")
     with ResultsStore(tmp_path / "results.db") as store:
         run_one(scenario, store, out_dir=tmp_path / "run")
-    db, rounds, devices = str(tmp_path / "results.db"), scenario.run.rounds, scenario.data.num_devices
+    db, rounds, devices = str(tmp_path / "results.db"), scenario.run.rounds, scenario.data.synthetic.num_devices
     problems, summary = check.check(db, rounds, devices)
     assert problems == [] and summary["rounds"] == rounds and len(summary["round_s"]) == rounds
     problems, _ = check.check(db, rounds + 1, devices)

@@ -30,17 +30,17 @@ def write(tmp_path, text: str, name: str = "s.toml"):
 def test_embedded_default_is_term_on_synthetic_with_a_sweep():
     s = load_scenario(None, environ={})
     assert s.strategy.name == "term" and s.data.name == "synthetic"
-    assert s.data.alpha == 1.0 and s.data.beta == 1.0 and s.data.num_devices == 30
+    assert s.data.synthetic.alpha == 1.0 and s.data.synthetic.beta == 1.0 and s.data.synthetic.num_devices == 30
     assert set(s.sweep["strategy.name"]) == {"fedavg", "qffl", "term"}
     # `term-fl run` shows TERM next to a FedAvg reference, in about a minute: in-process, batched clients
-    assert (s.run.reference, s.run.engine, s.run.executor) == ("fedavg", "inprocess", "cohort")
-    assert s.strategy.t > 0 and s.run.evaluate_every > 1
+    assert (s.run.reference, s.run.engine, s.run.executor) == (["fedavg"], "inprocess", "cohort")
+    assert s.strategy.term.t > 0 and s.run.evaluate_every > 1
 
 
 def test_set_overrides_file_which_overrides_default(tmp_path):
     path = write(tmp_path, "[strategy]\nt = 2.5\n[run]\nrounds = 7\n")
     s = load_scenario(path, ["strategy.t=5"], environ={})
-    assert s.strategy.t == 5.0  # --set beats the file
+    assert s.strategy.term.t == 5.0  # --set beats the file
     assert s.run.rounds == 7  # the file beats the default
     assert s.client.lr == Scenario().client.lr  # default
 
@@ -52,10 +52,10 @@ def test_vehicle_path_precedence_set_then_file_then_env(tmp_path):
     path = write(tmp_path, f'[data]\nname = "vehicle"\npath = "{b.name}"\n')
     env = {VEHICLE_DATA_ENV: str(c)}
     accept = "data.sha256=any"  # these files are stand-ins, not the published data
-    assert load_scenario(path, [f"data.path={a}", accept], environ=env).data.path == str(a.resolve())
-    assert load_scenario(path, [accept], environ=env).data.path == str(b.resolve())  # relative to the file
+    assert load_scenario(path, [f"data.path={a}", accept], environ=env).data.vehicle.path == str(a.resolve())
+    assert load_scenario(path, [accept], environ=env).data.vehicle.path == str(b.resolve())  # relative to the file
     plain = write(tmp_path, '[data]\nname = "vehicle"\n', "plain.toml")
-    assert load_scenario(plain, [accept], environ=env).data.path == str(c.resolve())
+    assert load_scenario(plain, [accept], environ=env).data.vehicle.path == str(c.resolve())
 
 
 def test_vehicle_file_with_another_sha256_is_refused_unless_accepted(tmp_path):
@@ -66,12 +66,12 @@ def test_vehicle_file_with_another_sha256_is_refused_unless_accepted(tmp_path):
     with pytest.raises(ConfigError) as info:
         load_scenario(scenario, [], environ={})
     message = str(info.value)
-    assert message.startswith("data.sha256: ") and str(other) in message
+    assert message.startswith("data.vehicle.sha256: ") and str(other) in message
     assert f"expected {VEHICLE_SHA256}" in message and f"actual {actual}" in message
-    assert load_scenario(scenario, [f"data.sha256={actual}"], environ={}).data.sha256 == actual
-    assert load_scenario(scenario, [f"data.sha256={actual.upper()}"], environ={}).data.sha256 == actual
-    assert load_scenario(scenario, ["data.sha256=any"], environ={}).data.sha256 == "any"
-    with pytest.raises(ConfigError, match="data.sha256"):
+    assert load_scenario(scenario, [f"data.sha256={actual}"], environ={}).data.vehicle.sha256 == actual
+    assert load_scenario(scenario, [f"data.sha256={actual.upper()}"], environ={}).data.vehicle.sha256 == actual
+    assert load_scenario(scenario, ["data.sha256=any"], environ={}).data.vehicle.sha256 == "any"
+    with pytest.raises(ConfigError, match=r"data\.vehicle\.sha256"):
         load_scenario(scenario, ["data.sha256=abc"], environ={})
 
 
@@ -81,13 +81,13 @@ def test_data_sha256_leaves_config_hash_as_before():
     old = REPO / "tests" / "data" / "scenarios-0.1"
     assert config_hash(load_scenario(old / "default.toml", environ={})) == "db58e5a881cbcf83"
     assert config_hash(load_scenario(old / "fairness.toml", environ={})) == "15a15f27804de62a"
-    other = load_scenario(old / "default.toml", ["data.sha256=" + "0" * 64], environ={})
+    other = load_scenario(old / "default.toml", ["data.vehicle.sha256=" + "0" * 64], environ={})
     assert config_hash(other) == "db58e5a881cbcf83"
 
 
 def test_missing_vehicle_data_says_where_to_get_it(tmp_path):
     plain = write(tmp_path, '[data]\nname = "vehicle"\n')
-    with pytest.raises(ConfigError, match=r"data.path: not set.*TERM_FL_VEHICLE_DATA"):
+    with pytest.raises(ConfigError, match=r"data\.vehicle\.path: not set.*TERM_FL_VEHICLE_DATA"):
         load_scenario(plain, [], environ={})
     with pytest.raises(ConfigError, match=r"does not exist"):
         load_scenario(plain, [f"data.path={tmp_path / 'nope.json'}"], environ={})
@@ -106,9 +106,9 @@ def test_unknown_key_is_named_with_the_allowed_keys(tmp_path):
 @pytest.mark.parametrize(
     ("override", "pattern"),
     [
-        ("strategy.t=5000", r"strategy\.t: .*less than or equal to 1000.*5000"),
+        ("strategy.t=5000", r"strategy\.term\.t: .*less than or equal to 1000.*5000"),
         ("run.rounds=0", r"run\.rounds: .*greater than or equal to 1"),
-        ("strategy.lam=0", r"strategy\.lam: .*greater than 0"),
+        ("strategy.lam=0", r"strategy\.term\.lam: .*greater than 0"),
         ("strategy.name=fedprox", r"strategy\.name: .*'fedavg', 'fedavg_uniform', .* or 'krum'.*fedprox"),
         ("client.device=gpu", r"client\.device: .*pattern"),
         ("run.engine=ray", r"run\.engine: .*'flower' or 'inprocess'"),
@@ -153,7 +153,7 @@ def test_sweep_grid_expands_in_order_and_validates_cells(tmp_path):
     with pytest.raises(ConfigError, match="non-empty list"):
         load_scenario(empty, environ={})
     out_of_range = write(tmp_path, '[sweep]\n"strategy.t" = [1, 5000]\n', "oor.toml")
-    with pytest.raises(ConfigError, match=r"strategy\.t"):
+    with pytest.raises(ConfigError, match=r"strategy\.term\.t"):
         sweep_cells(load_scenario(out_of_range, environ={}))
 
 
@@ -197,7 +197,7 @@ def test_sweep_cells_variants_are_crossed_with_the_grid(tmp_path):
         '  { "strategy.name" = "term", "strategy.t" = -1, "client.tau" = -2 }]\n"run.seed" = [0, 1]\n',
     )
     cells = sweep_cells(load_scenario(path, environ={}))
-    assert [(c.strategy.name, c.strategy.t if c.strategy.name == "term" else None, c.client.tau, c.run.seed)
+    assert [(c.strategy.name, c.strategy.term.t if c.strategy.name == "term" else None, c.client.tau, c.run.seed)
             for _, c in cells] == [
         ("fedavg", None, 0.0, 0), ("fedavg", None, 0.0, 1),
         ("term", -1.0, 0.0, 0), ("term", -1.0, 0.0, 1),
@@ -211,10 +211,14 @@ def test_sweep_cells_variants_are_crossed_with_the_grid(tmp_path):
         load_scenario(not_tables, environ={})
 
 
-def test_config_hash_ignores_parameters_the_strategy_does_not_use():
-    a = load_scenario(None, ["strategy.name=fedavg", "strategy.t=1"], environ={})
-    b = load_scenario(None, ["strategy.name=fedavg", "strategy.t=50", "strategy.q=3"], environ={})
+def test_config_hash_ignores_parameters_the_strategy_does_not_use(tmp_path):
+    a = load_scenario(None, ["strategy.name=fedavg", "strategy.term.t=1"], environ={})
+    b = load_scenario(None, ["strategy.name=fedavg", "strategy.term.t=50", "strategy.qffl.q=3"], environ={})
     assert config_hash(a) == config_hash(b)
+    # the flat form of a file: keys the chosen strategy lacks are ignored, in the run and in the hash
+    plain = write(tmp_path, '[strategy]\nname = "fedavg"\n', "plain.toml")
+    flat = write(tmp_path, '[strategy]\nname = "fedavg"\nt = 50\nq = 3\nlambda_lr = 0.5\n', "flat.toml")
+    assert config_hash(load_scenario(flat, environ={})) == config_hash(load_scenario(plain, environ={}))
 
 
 def test_sweeping_a_whole_table_is_refused(tmp_path):
@@ -235,7 +239,7 @@ def test_config_hash_of_a_synthetic_scenario_ignores_the_vehicle_data_environmen
     """A sweep resumed in a shell without TERM_FL_VEHICLE_DATA must find its finished cells."""
     with_env = load_scenario(None, environ={VEHICLE_DATA_ENV: str(tmp_path / "vehicle.json")})
     without = load_scenario(None, environ={})
-    assert with_env.data.path is not None and without.data.path is None
+    assert with_env.data.vehicle.path is not None and without.data.vehicle.path is None
     assert config_hash(with_env) == config_hash(without)
 
 
@@ -271,7 +275,7 @@ def test_config_hash_changes_with_what_a_run_computes(override):
     ("override", "message"),
     [
         ("run.rounds=true", "run.rounds: a boolean is not allowed"),
-        ("strategy.t=false", "strategy.t: a boolean is not allowed"),
+        ("strategy.t=false", "strategy.term.t: a boolean is not allowed"),
         ("data.noisy_devices=[1, true]", "data.noisy_devices: a boolean is not allowed"),
         ("run.clients_per_round=31", "run.clients_per_round = 31 but the dataset has 30 devices; allowed: 1..30"),
         ("name=../up", "name: must be 1 to 64 letters"),
@@ -287,4 +291,4 @@ def test_values_that_used_to_pass_silently_are_refused(override, message):
 
 def test_booleans_still_set_boolean_keys_and_numbers_still_set_numbers():
     s = load_scenario(None, ["strategy.t=2", "run.rounds=4", "data.noisy_devices=[1, 2]"], environ={})
-    assert (s.strategy.t, s.run.rounds, s.data.noisy_devices) == (2.0, 4, [1, 2])
+    assert (s.strategy.term.t, s.run.rounds, s.data.noisy_devices) == (2.0, 4, [1, 2])

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from term_fl.data import (
     ANY_SHA256,
     VEHICLE_SHA256,
-    DATASET_NAMES,
+    DATASETS,
     NOISE_KINDS,
     DATA_SPLITS as SPLITS,
     DataError,
@@ -414,7 +414,24 @@ def test_synthetic_with_zero_variances_is_less_heterogeneous_in_features():
         (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
     ],
 )
-def test_bad_synthetic_parameters_are_refused(kwargs, message):
+def test_bad_synthetic_generator_parameters_are_refused(kwargs, message):
+    settings = dict(seed=0, num_devices=5, alpha=1.0, beta=1.0, max_samples=None) | kwargs
+    with pytest.raises(ValueError, match=message):
+        SyntheticGenerator(**settings)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_devices=0), r"dataset synthetic: num_devices: .*greater than or equal to 1 \(got 0\)"),
+        (dict(alpha=-1.0), r"dataset synthetic: alpha: .*greater than or equal to 0 \(got -1.0\)"),
+        (dict(max_samples=2), r"dataset synthetic: max_samples: .*greater than or equal to 3 \(got 2\)"),
+        (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
+        (dict(path="x.json"), r"dataset synthetic: path: not a setting of dataset synthetic \(its settings: "
+                              r"num_devices, alpha, beta, max_samples\)"),
+    ],
+)
+def test_bad_synthetic_settings_are_refused_naming_the_dataset(kwargs, message):
     with pytest.raises(ValueError, match=message):
         build_dataset("synthetic", **kwargs)
 
@@ -591,7 +608,7 @@ def test_bad_noise_settings_are_refused():
 def test_unknown_dataset_name_lists_the_allowed_names():
     with pytest.raises(ValueError, match=r"unknown dataset 'mnist'; expected one of synthetic, vehicle"):
         build_dataset("mnist")
-    assert DATASET_NAMES == ("synthetic", "vehicle")
+    assert tuple(DATASETS) == ("synthetic", "vehicle")
 
 
 @pytest.mark.parametrize("k", [-1, 12, 100])
@@ -629,16 +646,18 @@ def test_every_data_setting_of_a_scenario_is_an_argument_of_build_dataset():
     import inspect
 
     from term_fl.config import DataConfig, load_scenario
-    from term_fl.data import dataset_for
+    from term_fl.data import DATASETS, dataset_for
 
-    arguments = set(inspect.signature(build_dataset).parameters) - {"name"}
-    assert set(DataConfig.model_fields) - {"name"} == arguments
+    shared = set(inspect.signature(build_dataset).parameters) - {"name", "settings"}
+    assert set(DataConfig.shared_keys()) == shared
+    for name, spec in DATASETS.items():  # each dataset's sub-table is its settings model
+        assert set(DataConfig.alternatives[name].model_fields) == set(spec.settings.model_fields)
     scenario = load_scenario(None, ["data.num_devices=5", "run.clients_per_round=2", "data.noise=flip_labels",
                                     "data.noisy_devices=[3, 1]"],
                              environ={})
     built = dataset_for(scenario)
     expected = build_dataset("synthetic", seed=0, num_devices=5, noise="flip_labels", noisy_devices=(1, 3),
-                             max_samples=scenario.data.max_samples, train_fraction=0.6, val_fraction=0.2,
+                             max_samples=scenario.data.synthetic.max_samples, train_fraction=0.6, val_fraction=0.2,
                              test_fraction=0.2)
     assert built.metadata == expected.metadata
     assert np.array_equal(built.device(3).y_train, expected.device(3).y_train)

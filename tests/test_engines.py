@@ -50,7 +50,7 @@ def test_flower_and_inprocess_engines_record_the_same_metrics(strategy, tmp_path
     store = ResultsStore(tmp_path / "results.db")
     ids = {}
     for engine in ("flower", "inprocess"):
-        scenario = small_scenario(f"run.engine={engine}", f"strategy.name={strategy}", "strategy.t=2")
+        scenario = small_scenario(f"run.engine={engine}", f"strategy.name={strategy}", "strategy.term.t=2")
         ids[engine] = run_one(scenario, store, out_dir=tmp_path / engine).run_id
     for split in ("val", "test"):
         flower, inproc = (store.load_metrics(ids[e], split) for e in ("flower", "inprocess"))

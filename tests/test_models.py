@@ -45,13 +45,19 @@ def test_svm_penalty_is_half_l2_times_squared_weight_norm_without_bias():
     assert model.penalty().item() == pytest.approx(0.7, rel=1e-6)
 
 
+# Each model's own settings (its settings model); a setting of another model is an error.
+SETTINGS = {"linear_svm": {}, "logreg": {}, "mlp": {"hidden": 6}}
+
+
 def test_build_model_gives_l2_to_the_svm_only_default_1e_3():
     assert build_model("linear_svm", 4, 2).l2 == 1e-3
     assert build_model("linear_svm", 4, 2, l2=0.5).l2 == 0.5
     for name in ("logreg", "mlp"):
-        model = build_model(name, 4, 3, l2=0.5)
+        model = build_model(name, 4, 3)
         _randomize(model)
         assert model.penalty().item() == 0.0
+        with pytest.raises(ValueError, match=rf"model {name}: l2: not a setting of model {name}"):
+            build_model(name, 4, 3, l2=0.5)
 
 
 def test_mlp_penalty_sums_both_weight_matrices_and_skips_biases():
@@ -64,7 +70,7 @@ def test_mlp_penalty_sums_both_weight_matrices_and_skips_biases():
 @pytest.mark.parametrize("name", ["logreg", "mlp"])
 def test_cross_entropy_equals_numpy_log_softmax(name):
     """per_sample_loss = -log softmax(scores)[y], computed independently in float64 numpy."""
-    model = build_model(name, 6, 4, hidden=8, seed=1)
+    model = build_model(name, 6, 4, seed=1, **SETTINGS[name])
     _randomize(model)
     x = torch.randn(10, 6, generator=torch.Generator().manual_seed(1))
     y = torch.tensor([0, 1, 2, 3, 0, 1, 2, 3, 3, 3])
@@ -133,8 +139,8 @@ def test_build_model_rejects_negative_l2():
 def test_get_set_weights_round_trip_reproduces_the_model(name):
     """Weights of model A copied into model B (another seed) give B the same outputs."""
     num_classes = 2 if name == "linear_svm" else 3
-    a = build_model(name, 5, num_classes, hidden=6, seed=1)
-    b = build_model(name, 5, num_classes, hidden=6, seed=2)
+    a = build_model(name, 5, num_classes, seed=1, **SETTINGS[name])
+    b = build_model(name, 5, num_classes, seed=2, **SETTINGS[name])
     _randomize(a)
     weights = get_weights(a)
     assert list(weights) == list(a.state_dict())
@@ -173,7 +179,7 @@ def test_set_weights_names_missing_extra_and_misshaped_keys():
 @pytest.mark.parametrize("name", ["linear_svm", "logreg", "mlp"])
 def test_each_model_penalises_exactly_its_parameters_named_weight(name):
     """The subclasses name their weight matrices directly (a per-step hot path): same set as the base rule."""
-    model = build_model(name, 4, 2, hidden=3)
+    model = build_model(name, 4, 2, **SETTINGS[name])
     expected = [p for n, p in model.named_parameters() if n.endswith("weight")]
     got = model._penalised()
     assert len(got) == len(expected) and all(a is b for a, b in zip(got, expected, strict=True))
@@ -182,5 +188,5 @@ def test_each_model_penalises_exactly_its_parameters_named_weight(name):
 @pytest.mark.parametrize("name", ["linear_svm", "logreg", "mlp"])
 def test_building_any_model_leaves_the_global_rng_untouched(name):
     state = torch.get_rng_state()
-    build_model(name, 9, 2, hidden=4, seed=1)
+    build_model(name, 9, 2, seed=1, **SETTINGS[name])
     assert torch.equal(torch.get_rng_state(), state)

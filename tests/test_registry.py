@@ -36,15 +36,18 @@ def test_a_strategy_class_has_the_defaults_of_its_settings(name):
 
 
 @pytest.mark.parametrize("name", list(STRATEGIES))
-def test_the_scenario_strategy_table_holds_every_setting_with_its_default(name):
+def test_the_scenario_strategy_table_holds_each_strategys_settings_in_its_sub_table(name):
+    subtable = StrategyConfig.alternatives[name]
+    assert StrategyConfig.model_fields[name].annotation is subtable
+    assert issubclass(subtable, STRATEGIES[name].settings)  # the strategy's own model: its checks too
     for field, info in STRATEGIES[name].settings.model_fields.items():
-        assert StrategyConfig.model_fields[field].default == info.default
-        assert StrategyConfig.model_fields[field].metadata == info.metadata  # the same range
+        assert subtable.model_fields[field].default == info.default
+        assert subtable.model_fields[field].metadata == info.metadata  # the same range
 
 
 def test_the_scenario_and_the_class_refuse_a_value_with_the_same_message():
-    with pytest.raises(ConfigError, match=r"strategy\.lambda_lr: Input should be greater than 0 \(got -1\)"):
-        small_scenario("strategy.lambda_lr=-1")
+    with pytest.raises(ConfigError, match=r"strategy\.afl\.lambda_lr: Input should be greater than 0 \(got -1\)"):
+        small_scenario("strategy.name=afl", "strategy.lambda_lr=-1")
     with pytest.raises(ValueError, match=r"AFL: lambda_lr: Input should be greater than 0 \(got -1\)"):
         STRATEGIES["afl"].strategy(lambda_lr=-1)
 
@@ -57,7 +60,7 @@ def test_the_server_builds_every_registered_strategy_from_a_scenario(name):
     params = scenario.strategy_params()
     arguments = STRATEGIES[name].arguments
     for key in STRATEGIES[name].settings.model_fields:
-        assert getattr(strategy, arguments.get(key, key)) == params[key] == getattr(scenario.strategy, key)
+        assert getattr(strategy, arguments.get(key, key)) == params[key] == getattr(scenario.strategy.settings, key)
     assert strategy.clients_per_round == 3 and strategy.seed == scenario.run.seed
 
 

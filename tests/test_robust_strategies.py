@@ -219,9 +219,9 @@ def test_invalid_settings_raise_clear_value_errors(make, message):
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("strategy.beta=0.6", r"strategy\.beta: .*less than 0.5"),
-        ("strategy.num_to_keep=0", r"strategy\.num_to_keep: .*greater than or equal to 1"),
-        ("strategy.num_malicious=2.5", r"strategy\.num_malicious: .*integer"),
+        ("strategy.trimmed_mean.beta=0.6", r"strategy\.trimmed_mean\.beta: .*less than 0.5"),
+        ("strategy.krum.num_to_keep=0", r"strategy\.krum\.num_to_keep: .*greater than or equal to 1"),
+        ("strategy.krum.num_malicious=2.5", r"strategy\.krum\.num_malicious: .*integer"),
     ],
 )
 def test_the_scenario_refuses_bad_values_naming_the_key(override, message):

@@ -48,12 +48,12 @@ def test_vehicle_data_path_comes_from_the_environment_not_the_file():
     for name in VEHICLE_SCENARIOS:
         raw = tomllib.loads((CONFIGS / name).read_text())
         assert "path" not in raw["data"]
-        assert load(name).data.path == str(Path(VEHICLE_DATA).resolve())
+        assert load(name).data.vehicle.path == str(Path(VEHICLE_DATA).resolve())
 
 
 def test_vehicle_sensor_claims():
     s = load("vehicle-sensor.toml")
-    assert s.data.name == "vehicle" and s.model.name == "linear_svm" and s.model.l2 > 0
+    assert s.data.name == "vehicle" and s.model.name == "linear_svm" and s.model.linear_svm.l2 > 0
     assert s.run.clients_per_round == 10 and s.run.evaluate_every == 1
     assert s.data.seed is None  # each run.seed re-splits
     assert s.data.val_fraction >= 0.2 and s.data.test_fraction >= 0.3
@@ -63,25 +63,25 @@ def test_vehicle_sensor_claims():
     assert len(cs) == 6 * 10
     assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
     assert sorted({c.run.seed for c in cs}) == list(range(10))
-    assert all(c.strategy.t > 0 for c in cs if c.strategy.name == "term")
+    assert all(c.strategy.term.t > 0 for c in cs if c.strategy.name == "term")
     assert all(c.client.tau == 0 for c in cs)
     # both modes for both fair strategies: mean losses and the reference code's summed losses
-    modes = {(c.strategy.name, c.strategy.loss_reduction) for c in cs if c.strategy.name != "fedavg"}
+    modes = {(c.strategy.name, c.strategy.settings.loss_reduction) for c in cs if c.strategy.name != "fedavg"}
     assert modes == {("term", "mean"), ("term", "sum"), ("qffl", "mean"), ("qffl", "sum")}
 
 
 def test_fairness_claims():
     s = load("fairness.toml")
-    assert s.data.name == "synthetic" and s.data.num_devices == 30
-    assert (s.data.alpha, s.data.beta) == (1.0, 1.0)
+    assert s.data.name == "synthetic" and s.data.synthetic.num_devices == 30
+    assert (s.data.synthetic.alpha, s.data.synthetic.beta) == (1.0, 1.0)
     assert s.model.name == "logreg"
     assert s.client.lr < 0.041  # below the stiffest devices' stability limit
     assert s.run.evaluate_every > 1 and (s.selection.tail, s.selection.average) == (5, "mean")
     cs = cells("fairness.toml")
     assert sorted({c.run.seed for c in cs}) == list(range(10))  # 3 seeds left TERM's lift not significant
     assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
-    assert sorted({c.strategy.q for c in cs if c.strategy.name == "qffl"}) == [1, 5]
-    assert sorted({c.strategy.t for c in cs if c.strategy.name == "term"}) == [1, 3, 10]
+    assert sorted({c.strategy.qffl.q for c in cs if c.strategy.name == "qffl"}) == [1, 5]
+    assert sorted({c.strategy.term.t for c in cs if c.strategy.name == "term"}) == [1, 3, 10]
     # one cell per distinct setting: 1 fedavg + 2 q + 3 t, each over 10 seeds
     assert len({config_hash(c) for c in cs}) == 6
     assert len(cs) == 6 * 10
@@ -92,8 +92,8 @@ def test_the_default_run_has_the_fairness_scenarios_settings():
     for table in ("client", "data", "model", "selection"):
         assert getattr(default, table).model_dump() == getattr(fairness, table).model_dump(), table
     assert (default.run.rounds, default.run.evaluate_every) == (fairness.run.rounds, fairness.run.evaluate_every)
-    assert default.strategy.name == "term" and default.strategy.t in {1.0, 3.0, 10.0}
-    assert default.run.reference == "fedavg"
+    assert default.strategy.name == "term" and default.strategy.term.t in {1.0, 3.0, 10.0}
+    assert default.run.reference == ["fedavg"]
 
 
 def test_noisy_sensors_claims():
@@ -103,7 +103,7 @@ def test_noisy_sensors_claims():
     # chosen on the clean devices' validation split (their labels are not corrupted)
     assert (s.selection.devices, s.selection.objective, s.selection.tail) == ("clean", "mean", 10)
     cs = cells("noisy-sensors.toml")
-    variants = {(c.strategy.name, c.strategy.t if c.strategy.name == "term" else None, c.client.tau) for c in cs}
+    variants = {(c.strategy.name, c.strategy.term.t if c.strategy.name == "term" else None, c.client.tau) for c in cs}
     assert ("fedavg", None, 0.0) in variants
     assert any(name == "term" and t < 0 and tau == 0 for name, t, tau in variants)  # device-level TERM
     assert any(name == "term" and t < 0 and tau < 0 for name, t, tau in variants)  # hierarchical TERM
@@ -117,7 +117,7 @@ def test_noisy_devices_are_reproducible_from_the_seed():
     s = load("noisy-sensors.toml")
 
     def noisy(seed):
-        ds = build_dataset("vehicle", path=s.data.path, seed=seed, noise=s.data.noise, num_noisy=s.data.num_noisy,
+        ds = build_dataset("vehicle", path=s.data.vehicle.path, seed=seed, noise=s.data.noise, num_noisy=s.data.num_noisy,
                            train_fraction=s.data.train_fraction, val_fraction=s.data.val_fraction,
                            test_fraction=s.data.test_fraction)
         return tuple(ds.metadata["noise"]["devices"])

@@ -48,11 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
     parser = argparse.ArgumentParser(prog="term-fl", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="run one scenario (one strategy, one seed; and its reference run, "
-                                     "when the scenario names one)", parents=[common])
+    run = sub.add_parser("run", help="run one scenario (one strategy, one seed; and its reference runs, "
+                                     "when the scenario names some)", parents=[common])
     _add_scenario_args(run, config_required=False)
     run.add_argument("--no-reference", action="store_true",
-                     help="run the scenario alone, without the reference strategy of run.reference "
+                     help="run the scenario alone, without the reference strategies of run.reference "
                           "(the default scenario's FedAvg run on the same seed)")
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
                            parents=[common])
@@ -123,30 +123,34 @@ def output_dir(args: argparse.Namespace) -> Path | None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.clientapp.app import dataset_for
-    from term_fl.config import load_scenario, reference_scenario, with_overrides
+    from term_fl.config import load_scenario, reference_scenarios, with_overrides
     from term_fl.cli.console import (RoundPrinter, RoundProgress, fairness_table, make_console, reference_table,
                                  route_logs, run_header)
     from term_fl.engines import check_machine, engine_session
     from term_fl.federation.loop import FederationError
     from term_fl.results import ResultsStore
     from term_fl.runs.run import run_one
+    from term_fl.strategies.registry import STRATEGIES
 
     scenario = load_scenario(args.config, resolve_overrides(args))
     if args.no_reference:
-        scenario = with_overrides(scenario, {"run.reference": "none"})
-    reference = reference_scenario(scenario)
+        scenario = with_overrides(scenario, {"run.reference": []})
+    references = reference_scenarios(scenario)
     console = make_console()
     route_logs(console, args.verbose)
     db, out = store_path(args), output_dir(args)
     console.print(run_header(scenario, dataset_for(scenario).num_devices))
-    if reference:
-        console.print(f"then its reference: {reference.strategy.name} on the same seed and settings "
-                      "(--no-reference: the run alone)")
-    runs = [(scenario, out, "")] + ([(reference, _beside(out, "reference"), "reference")] if reference else [])
+    if references:
+        labels = ", ".join(STRATEGIES[r.strategy.name].label for r in references)
+        console.print(f"then its {'reference' if len(references) == 1 else 'references'}: {labels}, on the same seed "
+                      "and settings (--no-reference: the run alone)")
+    runs = [(scenario, out, "")] + [
+        (r, _beside(out, f"reference-{r.strategy.name}"), f"reference {r.strategy.name}") for r in references
+    ]
     recorders = []
     check_machine(scenario)  # bad settings exit 2 before Ray starts
-    # one Ray instance (and one pool of ClientApp actors) for the run and its reference
-    session = engine_session(scenario) if reference else contextlib.nullcontext()
+    # one Ray instance (and one pool of ClientApp actors) for the run and its references
+    session = engine_session(scenario) if references else contextlib.nullcontext()
     with ResultsStore(db) as store, session:
         for run, run_out, label in runs:
             try:
@@ -160,8 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                       f"(term-fl runs --db {db})", file=sys.stderr)
                 return 1
     summaries = [r.summary or {} for r in recorders]
-    if reference:
-        console.print(reference_table(scenario, summaries[0], summaries[1]))
+    if references:
+        console.print(reference_table(scenario, summaries[0], summaries[1:]))
     else:
         console.print(fairness_table(f"{scenario.name}: {scenario.strategy.name}, last round",
                                      {"test": summaries[0].get("test"), "validation": summaries[0].get("validation")}))

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +71,6 @@ ENGINES = {
     "flower": "Flower Simulation Engine (Ray)",
     "inprocess": "in-process engine (no Ray)",
 }
-DATA = {"synthetic": "Synthetic({alpha:g}, {beta:g})", "vehicle": "vehicle sensors (SensIT)"}
 
 
 def _value(value: Any) -> str:
@@ -110,8 +109,10 @@ def clients_words(scenario: Scenario) -> str:
 
 def run_header(scenario: Scenario, num_devices: int) -> Group:
     """The lines printed before a run: what runs, in words."""
-    d, r = scenario.data, scenario.run
-    data = DATA.get(d.name, d.name).format(alpha=d.alpha, beta=d.beta)
+    from term_fl.data.registry import DATASETS
+
+    r = scenario.run
+    data = DATASETS[scenario.data.name].describe(scenario.data.settings)
     per_round = min(r.clients_per_round, num_devices)
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="dim", no_wrap=True)
@@ -253,29 +254,40 @@ def fairness_table(title: str, by_split: Mapping[str, Mapping[str, Any] | None])
     return table
 
 
-def reference_table(scenario: Any, run: Mapping[str, Any], reference: Mapping[str, Any]) -> Table:
-    """One run beside its reference run (same seed and settings): every test statistic and their difference.
+def reference_table(scenario: Any, run: Mapping[str, Any], references: Sequence[Mapping[str, Any]]) -> Table:
+    """One run beside its reference runs (same seed and settings): every test statistic and the differences.
 
-    The caption says whether the reference converged (its validation device
-    mean over the last fifth of the rounds) and that one seed is one sample:
-    ``term-fl sweep`` gives seeds and standard errors.
+    One column per run, then the run's difference to each reference (one
+    seed: plain differences). The caption says whether each reference
+    converged (its validation device mean over the last fifth of the rounds)
+    and that one seed is one sample: ``term-fl sweep`` gives seeds and
+    standard errors.
     """
     from term_fl.strategies.registry import cell_label  # Flower: only where a run is compared
 
-    names = [cell_label(run.get("strategy") or {}), cell_label(reference.get("strategy") or {})]
-    test, ref_test = run.get("test") or {}, reference.get("test") or {}
-    table = Table(title=f"{scenario.name}: {names[0]} and its reference {names[1]}, seed {run.get('seed')}, "
+    names = [cell_label(summary.get("strategy") or {}) for summary in (run, *references)]
+    tests = [summary.get("test") or {} for summary in (run, *references)]
+    which = "reference" if len(references) == 1 else "references"
+    table = Table(title=f"{scenario.name}: {names[0]} and its {which} {', '.join(names[1:])}, seed {run.get('seed')}, "
                         f"test split, round {run.get('evaluated_round')}")
     table.add_column("statistic")
     for name in names:
         table.add_column(name, justify="right")
-    table.add_column(f"{names[0]} - {names[1]}", justify="right")
+    for name in names[1:]:
+        table.add_column(f"{names[0]} - {name}", justify="right")
     for stat in STATISTICS:
-        a, b = test.get(stat.key), ref_test.get(stat.key)
-        diff = a - b if isinstance(a, int | float) and isinstance(b, int | float) else None
-        table.add_row(stat.label, _fmt(a), _fmt(b), "-" if diff is None else f"{diff:+.4f}")
-    table.caption = "\n".join(line for line in (_convergence_line(names[1], reference), ONE_SEED) if line)
+        values = [test.get(stat.key) for test in tests]
+        diffs = [_difference(values[0], value) for value in values[1:]]
+        table.add_row(stat.label, *(_fmt(value) for value in values), *diffs)
+    lines = [_convergence_line(name, summary) for name, summary in zip(names[1:], references, strict=True)]
+    table.caption = "\n".join(line for line in (*lines, ONE_SEED) if line)
     return table
+
+
+def _difference(a: Any, b: Any) -> str:
+    """``a - b`` with its sign, or "-" where one of them is not a number."""
+    ok = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (a, b))
+    return f"{a - b:+.4f}" if ok else "-"
 
 
 ONE_SEED = ("one seed: `term-fl sweep` runs the scenario's seeds and reports paired differences "

@@ -1,4 +1,4 @@
-"""The error raised for unusable data (a malformed file, a device too small to split)."""
+"""The errors raised for unusable data (a malformed file, a device too small to split, a missing file)."""
 
 
 class DataError(ValueError):
@@ -8,3 +8,15 @@ class DataError(ValueError):
     it where that is not obvious. A subclass of ``ValueError``, so callers that
     validate settings can catch both in one place.
     """
+
+
+class DataSettingError(DataError):
+    """A dataset setting whose value cannot be used (a file that is not there); ``setting`` names it.
+
+    A scenario reports it under the setting's key (``data.vehicle.path``).
+    """
+
+    def __init__(self, setting: str, message: str) -> None:
+        super().__init__(f"{setting}: {message}")
+        self.setting = setting
+        self.message = message

@@ -33,12 +33,16 @@ many samples instead of the lognormal sizes below.
 Device sizes follow FedProx: ``floor(lognormal(4, 2)) + 50``, capped at
 ``max_samples``. The reference code caps nothing, but the lognormal tail
 reaches millions of samples for a few devices among thousands; the cap
-(default 1000 in :func:`term_fl.data.build_dataset`) keeps memory bounded.
+(default 1000, :class:`SyntheticSettings`) keeps memory bounded.
 A cap below 50 lowers the floor to the cap.
 
 Scale: all sizes come from one cheap stream ``[seed, SIZES_TAG]``; device k's
 parameters and samples come from ``[seed, k, DEVICE_TAG]`` alone, so a
 client builds its own device without generating any other.
+
+:class:`SyntheticSettings` are the dataset's settings (a scenario's
+``[data.synthetic]`` table) and :func:`synthetic_source` its builder: the
+dataset registry (:mod:`term_fl.data.registry`) names both.
 """
 
 from __future__ import annotations
@@ -47,9 +51,10 @@ import math
 import numbers
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import Field
 
 from term_fl.common.seeding import (
     CONCEPT_TAG,
@@ -60,7 +65,10 @@ from term_fl.common.seeding import (
     dataset_rng,
     device_rng,
 )
+from term_fl.common.settings import HASHED_WHEN_SET, SettingsModel
+
 from .splits import MIN_DEVICE_SAMPLES
+from .types import DeviceSource
 
 NUM_FEATURES = 60
 NUM_CLASSES = 10
@@ -206,3 +214,31 @@ class SyntheticGenerator:
                 "concept_noise": float(self.concept_noise),
             }
         return meta
+
+
+class SyntheticSettings(SettingsModel):
+    """The settings of Synthetic(alpha, beta) (a scenario's ``[data.synthetic]`` table)."""
+
+    num_devices: int = Field(100, ge=1, le=1_000_000, description="synthetic devices")
+    alpha: float = Field(1.0, ge=0.0, le=100.0, description="variance of the devices' model means")
+    beta: float = Field(1.0, ge=0.0, le=100.0, description="variance of the devices' feature means")
+    max_samples: int | None = Field(1000, ge=MIN_DEVICE_SAMPLES, le=1_000_000,
+                                    description="cap on a synthetic device's size")
+    minority: Annotated[int, HASHED_WHEN_SET] = Field(0, ge=0, le=1_000_000,
+                          description="0: one labelling function per device; n >= 1: two shared concepts, n devices "
+                                      "following the minority one")
+    concept_noise: Annotated[float, HASHED_WHEN_SET] = Field(0.0, ge=0.0, le=100.0,
+                                 description="with two concepts, the scale of each device's own part of its "
+                                             "labelling function")
+    samples_per_device: Annotated[int | None, HASHED_WHEN_SET] = Field(None, ge=MIN_DEVICE_SAMPLES, le=1_000_000,
+                                           description="every device's size (None: floor(lognormal(4, 2)) + 50, "
+                                                       "capped at max_samples)")
+
+
+def synthetic_source(settings: SyntheticSettings, seed: int) -> DeviceSource:
+    """The devices of Synthetic(alpha, beta) generated from ``seed`` (each on first access)."""
+    generator = SyntheticGenerator(seed, settings.num_devices, settings.alpha, settings.beta, settings.max_samples,
+                                   settings.minority, settings.concept_noise, settings.samples_per_device)
+    sizes = [int(n) for n in generator.sizes]
+    return DeviceSource(generator.device, sizes, [f"synthetic device {k}" for k in range(len(sizes))],
+                        NUM_FEATURES, NUM_CLASSES, {"generator": generator.metadata()})

@@ -1,4 +1,5 @@
-"""Containers: one device's train / val / test arrays, and a federation of devices built lazily."""
+"""Containers: one device's train / val / test arrays, a dataset's devices before splitting, and a federation
+of devices built lazily."""
 
 from __future__ import annotations
 
@@ -128,6 +129,32 @@ class FederatedDataset:
                 f"(dataset {self.name!r} has {self.num_devices} devices)"
             )
         return int(k)
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceSource:
+    """What a dataset's builder gives: its devices' samples before splitting, and what describes them.
+
+    Attributes
+    ----------
+    raw_device : callable
+        ``raw_device(k) -> (x float32 (n, d), y int64 (n,))``: device k's samples; called lazily.
+    sizes : list of int
+        Samples per device.
+    device_names : list of str
+        How a message names each device (a file and a user id, or an index).
+    num_features, num_classes : int
+        Columns of every ``x``; labels are ``0..num_classes-1``.
+    metadata : dict
+        JSON values that say where the samples came from (generator parameters, file path and sha256).
+    """
+
+    raw_device: Callable[[int], tuple[np.ndarray, np.ndarray]]
+    sizes: list[int]
+    device_names: list[str]
+    num_features: int
+    num_classes: int
+    metadata: dict[str, Any]
 
 
 def _describe(a: object) -> str:

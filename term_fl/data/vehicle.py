@@ -19,6 +19,12 @@ few-shot slice (Ditto fork, commit 602f571; see the README's "Data" section),
 before anything is parsed: another file gives other results under the same
 scenario name. ``sha256=`` (the scenario's ``data.sha256``) accepts another
 file knowingly: its own hash, or :data:`ANY_SHA256` to skip the check.
+
+:class:`VehicleSettings` are the dataset's settings (a scenario's
+``[data.vehicle]`` table: the file and its expected sha256),
+:func:`vehicle_source` its builder and :func:`check_vehicle_file` the check
+that runs before a scenario starts: the dataset registry
+(:mod:`term_fl.data.registry`) names them.
 """
 
 from __future__ import annotations
@@ -29,11 +35,16 @@ import os
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
+from pydantic import BeforeValidator, Field, field_validator
 
-from .errors import DataError
+from term_fl.common.digest import file_digest
+from term_fl.common.settings import NOT_HASHED, DigestOf, PathSetting, SettingsModel
+
+from .errors import DataError, DataSettingError
+from .types import DeviceSource
 
 VEHICLE_ENV_VAR = "TERM_FL_VEHICLE_DATA"
 # sha256 of vehicle_fewshot.json as published (Ditto fork, commit 602f571,
@@ -251,3 +262,55 @@ def _check_num_samples(num_samples: Any, users: list[str], devices: list[tuple[n
         if count != len(y):
             raise DataError(f"{path}: num_samples[{k}] = {count!r} but device {k} ({user!r}) has {len(y)} samples")
 
+
+
+def _path_text(value: Any) -> Any:
+    return os.fspath(value) if isinstance(value, os.PathLike) else value
+
+
+class VehicleSettings(SettingsModel):
+    """The settings of the vehicle sensor data (a scenario's ``[data.vehicle]`` table)."""
+
+    path: Annotated[str | None, BeforeValidator(_path_text), NOT_HASHED, PathSetting(env=VEHICLE_ENV_VAR)] = Field(
+        None, description=f"vehicle JSON file (else ${VEHICLE_ENV_VAR})")
+    sha256: Annotated[str, DigestOf("path")] = Field(
+        VEHICLE_SHA256,
+        pattern=rf"^([0-9a-fA-F]{{64}}|{ANY_SHA256})$",
+        description="expected sha256 of the vehicle file (default: the published vehicle_fewshot.json); "
+        f"another file's own hash accepts that file knowingly, '{ANY_SHA256}' accepts any",
+    )
+
+    @field_validator("sha256")
+    @classmethod
+    def _lower_case_hash(cls, value: str) -> str:
+        return value.lower()
+
+
+def vehicle_source(settings: VehicleSettings, seed: int) -> DeviceSource:
+    """The vehicle file's devices (the file read, checked and cached; ``seed`` only re-splits them)."""
+    if settings.path is None:
+        raise DataError(
+            "the vehicle dataset needs the path of its JSON file: the shared vehicle_fewshot.json "
+            f"(shared/data/vehicle/ in the workspace), given as path= or, in a scenario, via {VEHICLE_ENV_VAR}"
+        )
+    vehicle = load_vehicle(settings.path, sha256=settings.sha256)
+    names = [f"{vehicle.path}: device {k} ({user!r})" for k, user in enumerate(vehicle.users)]
+    return DeviceSource(vehicle.devices.__getitem__, vehicle.sizes, names, VEHICLE_NUM_FEATURES, 2,
+                        {"path": vehicle.path, "sha256": vehicle.sha256, "users": list(vehicle.users)})
+
+
+def check_vehicle_file(settings: VehicleSettings) -> None:
+    """Before a scenario starts: the file is set, exists and has the expected sha256 (DataSettingError otherwise)."""
+    where = (
+        "the vehicle-sensor data is vehicle_fewshot.json (SensIT, 23 devices; see the README "
+        "'Data' section); give its path with --set data.path=PATH, data.path in the scenario "
+        f"file, or the environment variable {VEHICLE_ENV_VAR}"
+    )
+    if not settings.path:
+        raise DataSettingError("path", f"not set; {where}")
+    if not Path(settings.path).is_file():
+        raise DataSettingError("path", f"file {settings.path!r} does not exist; {where}")
+    try:
+        check_sha256(settings.path, file_digest(settings.path), settings.sha256)
+    except DataError as exc:
+        raise DataSettingError("sha256", str(exc)) from None

@@ -56,7 +56,7 @@ def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
     """The strategy a scenario names (term_fl.strategies.registry), with its parameters and our sampling."""
     spec, run = STRATEGIES[scenario.strategy.name], scenario.run
     return spec.build(
-        scenario.strategy,
+        scenario.strategy.settings,
         scenario.client,
         **{key: getattr(scenario.strategy, key) for key in COMMON_SETTINGS.model_fields},
         clients_per_round=run.clients_per_round,  # at most num_devices: check_fits_dataset

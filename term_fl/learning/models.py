@@ -8,10 +8,16 @@ Labels are ``int64`` class indices ``0..C-1``; the linear SVM maps 0/1 to
 
 The L2 term lives in the model (``penalty()``, ``(l2 / 2) * sum ||W||^2``
 over the weight matrices, never the biases) so that the SVM is the usual
-regularised hinge-loss objective; :func:`build_model` gives it to the SVM
-only (the softmax models of the papers are unregularised; their classes
-still accept ``l2``). ``train(..., weight_decay=...)`` is a separate,
+regularised hinge-loss objective; only the SVM has ``l2`` among its settings
+(the softmax models of the papers are unregularised; their classes still
+accept ``l2``). ``train(..., weight_decay=...)`` is a separate,
 optimiser-side decay on every parameter.
+
+Each model declares its settings (a scenario's ``[model.<name>]`` table) as
+a :class:`~term_fl.common.settings.SettingsModel` beside its class, and a
+``build(settings, num_features, num_classes, seed)`` class method; the model
+registry (:mod:`term_fl.learning.registry`) names both, and
+:func:`build_model` / :func:`model_for` build any registered model.
 
 The linear models start at zero (their objectives are convex); the MLP
 starts from PyTorch's default ``nn.Linear`` initialisation drawn from a
@@ -28,9 +34,10 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pydantic import Field
 from torch import Tensor, nn
 
-MODEL_NAMES = ("linear_svm", "logreg", "mlp")
+from term_fl.common.settings import SettingsModel
 
 
 class TermModel(nn.Module):
@@ -56,6 +63,15 @@ class TermModel(nn.Module):
         self.num_features = num_features
         self.num_classes = num_classes
         self.l2 = l2
+
+    @classmethod
+    def build(cls, settings: Any, num_features: int, num_classes: int, seed: int) -> TermModel:
+        """The model of ``settings`` (its settings model's instance) with a deterministic initialisation.
+
+        Subclasses registered in :mod:`term_fl.learning.registry` define it;
+        ``num_features`` >= 1 and ``num_classes`` >= 2 are checked by the caller.
+        """
+        raise NotImplementedError(f"{cls.__name__} does not define build(settings, num_features, num_classes, seed)")
 
     def per_sample_loss(self, scores: Tensor, y: Tensor) -> Tensor:
         """Cross-entropy of each sample: ``Tensor[n]``, ``y`` int64 class indices."""
@@ -83,6 +99,12 @@ class TermModel(nn.Module):
         return [p for name, p in self.named_parameters() if name.endswith("weight")]
 
 
+class LinearSVMSettings(SettingsModel):
+    """The linear SVM's settings (a scenario's ``[model.linear_svm]`` table)."""
+
+    l2: float = Field(1e-3, ge=0.0, le=100.0, description="L2 penalty of the linear SVM")
+
+
 class LinearSVM(TermModel):
     """Binary linear SVM: score ``s = w.x + b``, hinge loss ``max(0, 1 - y_pm s)``.
 
@@ -93,6 +115,16 @@ class LinearSVM(TermModel):
     def __init__(self, num_features: int, l2: float = 1e-3) -> None:
         super().__init__(num_features, 2, l2)
         self.linear = _zero_linear(num_features, 1)
+
+    @classmethod
+    def build(cls, settings: LinearSVMSettings, num_features: int, num_classes: int, seed: int) -> LinearSVM:
+        """A binary SVM at zero with the settings' ``l2`` (the seed changes nothing)."""
+        if num_classes != 2:
+            raise ValueError(
+                f"linear_svm is a binary classifier: num_classes must be 2, got {num_classes}. "
+                "Use 'logreg' or 'mlp' for more classes."
+            )
+        return cls(num_features, settings.l2)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.linear(x).squeeze(-1)
@@ -108,6 +140,10 @@ class LinearSVM(TermModel):
         return (scores > 0).long()
 
 
+class LogisticRegressionSettings(SettingsModel):
+    """Softmax regression has no settings of its own (the papers' model is unregularised)."""
+
+
 class LogisticRegression(TermModel):
     """Multinomial logistic (softmax) regression: ``C`` logits ``W x + b``. Starts at zero."""
 
@@ -115,11 +151,23 @@ class LogisticRegression(TermModel):
         super().__init__(num_features, num_classes, l2)
         self.linear = _zero_linear(num_features, num_classes)
 
+    @classmethod
+    def build(cls, settings: LogisticRegressionSettings, num_features: int, num_classes: int,
+              seed: int) -> LogisticRegression:
+        """Softmax regression at zero, without a penalty (the seed changes nothing)."""
+        return cls(num_features, num_classes)
+
     def forward(self, x: Tensor) -> Tensor:
         return self.linear(x)
 
     def _penalised(self) -> list[Tensor]:
         return [self.linear.weight]
+
+
+class MLPSettings(SettingsModel):
+    """The MLP's settings (a scenario's ``[model.mlp]`` table)."""
+
+    hidden: int = Field(64, ge=1, le=100_000, description="width of the hidden layer")
 
 
 class MLP(TermModel):
@@ -133,6 +181,11 @@ class MLP(TermModel):
         generator = torch.Generator().manual_seed(int(seed))
         self.hidden = _seeded_linear(num_features, hidden, generator)
         self.output = _seeded_linear(hidden, num_classes, generator)
+
+    @classmethod
+    def build(cls, settings: MLPSettings, num_features: int, num_classes: int, seed: int) -> MLP:
+        """An MLP of ``hidden`` units initialised from ``seed``, without a penalty."""
+        return cls(num_features, num_classes, settings.hidden, seed=seed)
 
     def forward(self, x: Tensor) -> Tensor:
         return self.output(torch.relu(self.hidden(x)))
@@ -172,57 +225,37 @@ def _seeded_linear(in_features: int, out_features: int, generator: torch.Generat
     return layer
 
 
-def build_model(
-    name: str,
-    num_features: int,
-    num_classes: int,
-    *,
-    hidden: int = 64,
-    l2: float = 1e-3,
-    seed: int = 0,
-) -> TermModel:
-    """Build a model with a deterministic initialisation (CPU, float32).
+def build_model(name: str, num_features: int, num_classes: int, *, seed: int = 0, **settings: Any) -> TermModel:
+    """Build a registered model with a deterministic initialisation (CPU, float32).
 
     Parameters
     ----------
-    name : {"linear_svm", "logreg", "mlp"}
-        ``linear_svm`` is binary (``num_classes`` must be 2).
+    name : str
+        A registered model (:data:`term_fl.learning.registry.MODELS`):
+        ``linear_svm`` (binary: ``num_classes`` must be 2), ``logreg``, ``mlp``.
     num_features : int
         Input dimension, at least 1.
     num_classes : int
         Number of classes, at least 2.
-    hidden : int, default 64
-        Width of the MLP's hidden layer (ignored by the linear models).
-    l2 : float, default 1e-3
-        The linear SVM's L2 coefficient: ``penalty() = (l2 / 2) ||w||^2``
-        (bias excluded), >= 0. ``logreg`` and ``mlp`` get no penalty and
-        ignore it (use ``train``'s ``weight_decay`` to regularise them).
     seed : int, default 0
-        Seed of the MLP's initialisation, drawn from a local
-        ``torch.Generator`` (the global RNG state is left untouched). The
-        linear models start at zero, so the seed does not change them.
+        Seed of the initialisation where a model draws one (the MLP's, from a
+        local ``torch.Generator``: the global RNG state is left untouched).
+        The linear models start at zero, so the seed does not change them.
+    **settings
+        The model's own settings, the fields of its settings model
+        (``linear_svm``: ``l2``, default 1e-3, the penalty
+        ``(l2 / 2) ||w||^2`` without the bias; ``mlp``: ``hidden``, default
+        64; ``logreg``: none), with the model's defaults; another model's
+        setting is an error.
     """
-    if name not in MODEL_NAMES:
-        raise ValueError(f"Unknown model {name!r}; expected one of {', '.join(MODEL_NAMES)}.")
+    from .registry import model_spec  # the registry names this module's classes
+
+    spec = model_spec(name)
     if num_features < 1:
         raise ValueError(f"num_features must be >= 1, got {num_features}.")
     if num_classes < 2:
         raise ValueError(f"num_classes must be >= 2, got {num_classes}.")
-    if name == "linear_svm" and num_classes != 2:
-        raise ValueError(
-            f"linear_svm is a binary classifier: num_classes must be 2, got {num_classes}. "
-            "Use 'logreg' or 'mlp' for more classes."
-        )
-    if name == "linear_svm":
-        l2 = float(l2)
-        if not (math.isfinite(l2) and l2 >= 0.0):
-            raise ValueError(f"l2 must be a finite number >= 0, got {l2}.")
-        return LinearSVM(num_features, l2)
-    if name == "logreg":
-        return LogisticRegression(num_features, num_classes)
-    if hidden < 1:
-        raise ValueError(f"hidden must be >= 1, got {hidden}.")
-    return MLP(num_features, num_classes, hidden, seed=seed)
+    return spec.build(spec.validated(settings), num_features, num_classes, seed)
 
 
 def model_for(scenario: Any, dataset: Any, seed: int | None = None) -> TermModel:
@@ -231,15 +264,10 @@ def model_for(scenario: Any, dataset: Any, seed: int | None = None) -> TermModel
     ``scenario`` is a :class:`term_fl.config.Scenario` and ``dataset`` a
     :class:`term_fl.data.FederatedDataset` (read, not imported).
     """
-    m = scenario.model
-    return build_model(
-        m.name,
-        dataset.num_features,
-        dataset.num_classes,
-        hidden=m.hidden,
-        l2=m.l2,
-        seed=scenario.run.seed if seed is None else seed,
-    )
+    from .registry import model_spec
+
+    return model_spec(scenario.model.name).build(scenario.model.settings, dataset.num_features, dataset.num_classes,
+                                                 scenario.run.seed if seed is None else seed)
 
 
 def get_weights(model: nn.Module) -> dict[str, np.ndarray]:

@@ -199,7 +199,7 @@ def clean_device_statistics(
 
 
 def data_record(scenario: Scenario, metadata: dict[str, Any]) -> dict[str, Any]:
-    record = {"name": scenario.data.name, "path": scenario.data.path, "sha256": metadata.get("sha256")}
+    record = {"name": scenario.data.name, "path": metadata.get("path"), "sha256": metadata.get("sha256")}
     if metadata.get("noise"):
         record["noise"] = metadata["noise"]
     return record

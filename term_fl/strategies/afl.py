@@ -121,7 +121,6 @@ class AFL(FedAvg):
     def __init__(self, *, lambda_lr: float = 0.01, **kwargs: Any) -> None:
         settings = AFLSettings.of(type(self).__name__, lambda_lr=lambda_lr)
         super().__init__(**kwargs)
-        self.settings = settings
         self.lambda_lr = settings.lambda_lr
 
     @property

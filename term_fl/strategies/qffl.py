@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from logging import INFO
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from flwr.app import MetricRecord, RecordDict
@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from pydantic import Field
 
 from term_fl.common.keys import ARRAYS, CONFIG, NUM_EXAMPLES, TRAIN_LOSS_BEFORE
+from term_fl.common.settings import HASHED_WHEN_SET
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .settings import LOSS_KEYS, Settings, loss_reduction_field
@@ -45,7 +46,8 @@ class QFFLSettings(Settings):
 
     q: float = Field(1.0, ge=0.0, le=100.0, allow_inf_nan=False,
                      description="fairness parameter: 0 is a uniform average of the local models")
-    loss_reduction: Literal["mean", "sum"] = loss_reduction_field()
+    # added after q-FFL's first stored runs: their config hashes hold no loss_reduction
+    loss_reduction: Annotated[Literal["mean", "sum"], HASHED_WHEN_SET] = loss_reduction_field()
 
 
 def qffl_coefficients(
@@ -170,7 +172,6 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
             **kwargs,
         )
         self.loss_reduction = settings.loss_reduction
-        self.settings = settings
         self.client_learning_rate = float(client_learning_rate)
         self.q = settings.q
 

@@ -158,7 +158,6 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
             server_learning_rate=settings.server_lr,
             **kwargs,
         )
-        self.settings = settings
         self.t = settings.t
         self.lam = settings.lam
         self.base_weighting = settings.base_weighting

@@ -1,0 +1,92 @@
+"""The scenario: one run (one strategy, one seed), plus an optional sweep grid."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, field_validator, model_validator
+
+from term_fl.common.errors import ConfigError
+from term_fl.common.settings import NOT_HASHED
+from term_fl.data.registry import DATASETS
+from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
+
+from .choices import DataConfig, ModelConfig, StrategyConfig
+from .tables import ClientConfig, ResourcesConfig, RunConfig, SelectionConfig, Table
+
+__all__ = ["DEFAULT_SCENARIO", "NAME_PATTERN", "NAME_RULE", "Scenario", "check_fits_dataset",
+           "clients_per_round_message"]
+
+DEFAULT_SCENARIO = "default"
+# A scenario name becomes part of folder names under ./runs/ and of run ids.
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+NAME_RULE = "1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit (it names folders under ./runs/)"
+
+
+class Scenario(Table):
+    """One run (plus an optional sweep grid)."""
+
+    name: Annotated[str, NOT_HASHED] = Field(DEFAULT_SCENARIO, description=NAME_RULE)
+    description: Annotated[str, NOT_HASHED] = ""
+    run: RunConfig = Field(default_factory=RunConfig)
+    strategy: StrategyConfig = Field(default_factory=StrategyConfig)  # type: ignore[valid-type]
+    client: ClientConfig = Field(default_factory=ClientConfig)
+    data: DataConfig = Field(default_factory=DataConfig)  # type: ignore[valid-type]
+    model: ModelConfig = Field(default_factory=ModelConfig)  # type: ignore[valid-type]
+    resources: Annotated[ResourcesConfig, NOT_HASHED] = Field(default_factory=ResourcesConfig)
+    selection: Annotated[SelectionConfig, NOT_HASHED] = Field(default_factory=SelectionConfig)
+    sweep: Annotated[dict[str, list[Any]], NOT_HASHED] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if not re.fullmatch(NAME_PATTERN, value):
+            raise ValueError(f"must be {NAME_RULE}")
+        return value
+
+    @model_validator(mode="after")
+    def _sample_fits_the_federation(self) -> Scenario:
+        # A file's device count is known once it is read: check_fits_dataset.
+        known = DATASETS[self.data.name].known_devices
+        if known is not None and self.run.clients_per_round > known(self.data.settings):
+            raise ValueError(clients_per_round_message(self.run.clients_per_round, known(self.data.settings)))
+        return self
+
+    @property
+    def data_seed(self) -> int:
+        """The seed of the dataset: data.seed, or run.seed when unset (re-split per seed)."""
+        return self.run.seed if self.data.seed is None else self.data.seed
+
+    @property
+    def run_name(self) -> str:
+        return self.run.name or self.name
+
+    def strategy_params(self) -> dict[str, Any]:
+        """The parameters that shape the chosen strategy (its class's arguments), and the client-side tilt tau."""
+        params = STRATEGIES[self.strategy.name].params(self.strategy.settings, self.client)
+        params["tau"] = self.client.tau
+        for defence in COMMON_SETTINGS.model_fields:  # only when on: earlier hashes and labels stay as they were
+            if getattr(self.strategy, defence):
+                params[defence] = getattr(self.strategy, defence)
+        return params
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, text: str) -> Scenario:
+        return cls.model_validate_json(text)
+
+
+def clients_per_round_message(clients_per_round: int, num_devices: int) -> str:
+    return (
+        f"run.clients_per_round = {clients_per_round} but the dataset has {num_devices} devices; "
+        f"allowed: 1..{num_devices} (raise data.num_devices for synthetic data, or sample fewer devices)"
+    )
+
+
+def check_fits_dataset(scenario: Scenario, num_devices: int) -> None:
+    """Raise ConfigError when the scenario asks for more devices per round than the dataset has."""
+    if scenario.run.clients_per_round > num_devices:
+        raise ConfigError(clients_per_round_message(scenario.run.clients_per_round, num_devices))
