@@ -128,7 +128,7 @@ def test_data_and_model_sub_tables_and_their_flat_form_are_the_same_scenario(tmp
     assert (a.data.settings.num_devices, a.model.settings.hidden) == (12, 8)
     assert config_hash(a) == config_hash(b)  # model.l2 is the SVM's: the MLP's hash leaves it out
     with pytest.raises(ConfigError, match=r"data\.synthetic\.path: unknown key \(allowed in \[data\.synthetic\]: "
-                                          r"num_devices, alpha, beta, max_samples\)"):
+                                          r"num_devices, alpha, beta, max_samples, minority, concept_noise, samples_per_device\)"):
         load_scenario(write(tmp_path, '[data.synthetic]\npath = "x.json"\n', "bad.toml"), environ={})
 
 

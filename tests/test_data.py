@@ -428,7 +428,7 @@ def test_bad_synthetic_generator_parameters_are_refused(kwargs, message):
         (dict(max_samples=2), r"dataset synthetic: max_samples: .*greater than or equal to 3 \(got 2\)"),
         (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
         (dict(path="x.json"), r"dataset synthetic: path: not a setting of dataset synthetic \(its settings: "
-                              r"num_devices, alpha, beta, max_samples\)"),
+                              r"num_devices, alpha, beta, max_samples, minority, concept_noise, samples_per_device\)"),
     ],
 )
 def test_bad_synthetic_settings_are_refused_naming_the_dataset(kwargs, message):
