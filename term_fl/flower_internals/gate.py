@@ -36,7 +36,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from term_fl.common.errors import ConfigError, EngineStartError
 
@@ -197,15 +197,21 @@ def override(*, fast: bool | None = None, patches: Iterable[str] | str | None = 
     if patches is not None:
         text = patches if isinstance(patches, str) else ",".join(patches)
         changes["patches"] = _patch_names(text, "override(patches=...)")
-    if _from_environment is None:
-        reload()
+    base = _environment_settings()
     _overrides.append(changes)
-    _current = _applied(_from_environment)
+    _current = _applied(base)
     try:
         yield _current
     finally:
         del _overrides[next(i for i, open_ in enumerate(_overrides) if open_ is changes)]
-        _current = _applied(_from_environment)
+        _current = _applied(_environment_settings())
+
+
+def _environment_settings() -> Settings:
+    """The settings the environment asked for when last read (read now if never)."""
+    if _from_environment is None:
+        reload()
+    return cast(Settings, _from_environment)
 
 
 def _import(module: str, name: str | None) -> Any:
