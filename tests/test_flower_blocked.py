@@ -70,8 +70,9 @@ def reply(node, pid, loss, seed):
 
 out = {"fast": fast_paths(), "models": {}}
 for name in STRATEGIES:
+    tuned = {"term": ["strategy.t=1"], "qffl": ["strategy.q=1"]}.get(name, [])  # each strategy its own keys
     scenario = load_scenario(None, ["data.num_devices=6", "run.clients_per_round=3", "run.reference=none",
-                                    f"strategy.name={name}", "strategy.t=1", "strategy.q=1"], environ={})
+                                    f"strategy.name={name}", *tuned], environ={})
     strategy = build_scenario_strategy(scenario, 6)
     strategy.set_node_partitions({10 + p: p for p in range(6)})  # as discovery does (AFL needs it)
     rng = np.random.default_rng(0)
