@@ -72,7 +72,8 @@ def _timed_run(scenario: Scenario, recorder: Recorder) -> tuple[list[float], lis
     num_devices = dataset_for(scenario).num_devices
     cache = ClientCache()  # as run_scenario builds the in-process engine
     executor = CohortExecutor(cache) if scenario.run.executor == "cohort" else None
-    grid = TimingGrid(InProcessGrid(make_client_app(cache), num_devices, executor=executor))
+    inner = InProcessGrid(make_client_app(cache), num_devices, executor=executor)
+    grid = TimingGrid(inner)
     client_s: list[float] = []
     client_cpu_s: list[float] = []
 
@@ -83,7 +84,8 @@ def _timed_run(scenario: Scenario, recorder: Recorder) -> tuple[list[float], lis
         grid.calls.clear()
 
     start = time.perf_counter()
-    run_federation(grid, scenario, recorder, on_round=on_round)
+    with inner:
+        run_federation(grid, scenario, recorder, on_round=on_round)
     _sync(scenario.client.device)
     return client_s, client_cpu_s, time.perf_counter() - start
 

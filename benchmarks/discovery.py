@@ -4,12 +4,12 @@ Discovery maps each node id to the partition it holds before round 1
 (``term_fl.federation.loop.discover_nodes``). Measured per point (a child process
 each: Ray start, ``run_flower_simulation`` of one round with 10 clients):
 
-- ``query``: every node is asked for its partition-id (``TERM_FL_DISCOVERY=query``;
-  what a deployment does): one message per node through the link state and
-  a Ray actor;
-- ``engine`` (the default in the Simulation Engine): the engine's own table
-  of which virtual node holds which partition (``simulation_node_table``),
-  no message.
+- ``query``: every node is asked for its partition-id (the default; what a
+  deployment does): one message per node through the link state and a Ray
+  actor;
+- ``engine``: the engine's own table of which virtual node holds which
+  partition (the opt-in patch ``node-table``, ``simulation_node_table``), no
+  message.
 
 Each point also reports its whole run: with few nodes, asking them mostly
 starts the ClientApp actors (imports, first messages), which round 1 then
@@ -73,7 +73,8 @@ def run(opts: Options) -> BenchResult:
 
 
 def _point(num_nodes: int, mode: str, opts: Options) -> dict[str, Any]:
-    env = {**os.environ, "TERM_FL_DISCOVERY": mode}
+    env = {**os.environ, "TERM_FL_FLOWER_PATCHES": "node-table" if mode == "engine" else "none"}
+    env.pop("TERM_FL_DISCOVERY", None)
     cmd = [sys.executable, "-m", "benchmarks.discovery", str(num_nodes), opts.device]
     done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=1800, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
@@ -138,7 +139,8 @@ def worker(num_nodes: int, device: str) -> dict[str, Any]:
     ], environ={})
     start = time.perf_counter()
     result = flower.run_flower_simulation(scenario, num_nodes)
-    return {"mode": os.environ.get("TERM_FL_DISCOVERY", "engine"), "num_nodes": num_nodes,
+    mode = "engine" if os.environ.get("TERM_FL_FLOWER_PATCHES") == "node-table" else "query"
+    return {"mode": mode, "num_nodes": num_nodes,
             "discovery_s": result.discovery_s, "wall_s": time.perf_counter() - start,
             "parts": {label: at_discovery.get(label, [0, 0.0]) for label in PARTS.values()}}
 

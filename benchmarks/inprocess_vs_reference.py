@@ -33,7 +33,8 @@ def _engine_rounds(scenario) -> tuple[list[float], list[dict[str, float]]]:
     """Round durations, and per round where the time went (clients training / evaluating, server)."""
     durations: list[float] = []
     parts: list[dict[str, float]] = []
-    grid = TimingGrid(InProcessGrid(make_client_app(ClientCache()), dataset_for(scenario).num_devices))  # as run_scenario
+    inner = InProcessGrid(make_client_app(ClientCache()), dataset_for(scenario).num_devices)  # as run_scenario
+    grid = TimingGrid(inner)
 
     def on_round(record: RoundRecord, total: int) -> None:
         durations.append(record.duration_s)
@@ -43,7 +44,8 @@ def _engine_rounds(scenario) -> tuple[list[float], list[dict[str, float]]]:
                       "server_s": record.duration_s - train - evaluate})
         grid.calls.clear()
 
-    run_federation(grid, scenario, Recorder(), on_round=on_round)
+    with inner:
+        run_federation(grid, scenario, Recorder(), on_round=on_round)
     return durations, parts
 
 

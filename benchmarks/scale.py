@@ -166,7 +166,7 @@ def run(opts: Options) -> BenchResult:
             )
         )
     for dispatcher, (small, large) in points.items():
-        label = "Flower 1.42 dispatcher" if dispatcher == "flower" else "term-fl linear dispatcher (default)"
+        label = "Flower 1.42 dispatcher" if dispatcher == "flower" else "term-fl linear dispatcher (patch dispatcher)"
         for p in (small, large):
             done = f"{p['rounds_completed']}/{p['rounds_planned']} rounds"
             status = f"; STOPPED at {p['deadline_s']:.0f} s in '{_phase(p)}'" if p["timed_out"] else ""

@@ -67,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress", required=True)
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--linear-dispatcher", action="store_true",
-                        help="term-fl's linear dispatcher (term_fl.flower_internals); without it Flower's own, "
-                             "which polls nodes x messages")
+                        help="term-fl's linear dispatcher (patch 'dispatcher' of term_fl.flower_internals); "
+                             "without it Flower's own, which polls nodes x messages")
     args = parser.parse_args(argv)
 
     quiet_environment()
@@ -91,9 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     from term_fl.engines.flower import backend_config, ray_session, without_run_simulation_notice
     from term_fl.federation.loop import Recorder, RoundRecord, run_federation
 
-    from term_fl.flower_internals import DISPATCHER_ENV, simulation_node_table
+    from term_fl.flower_internals import override, simulation_node_table
 
-    os.environ[DISPATCHER_ENV] = "linear" if args.linear_dispatcher else "flower"
+    # the engine's node table in both points (discovery is the 'discovery' benchmark's subject)
+    patches = ["node-table", *(["dispatcher"] if args.linear_dispatcher else [])]
     scenario = scale_scenario(args.num_clients, args.clients_per_round, args.rounds, args.evaluate_fraction, args.device)
     server_app = ServerApp()
     outcome: dict[str, Any] = {}
@@ -124,7 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         sampler.__enter__()
     try:
         t0 = time.perf_counter()
-        with ray_session(scenario), tempfile.TemporaryDirectory(prefix="tfl-ray-", dir="/tmp") as ray_tmp:
+        with override(patches=patches), ray_session(scenario), \
+                tempfile.TemporaryDirectory(prefix="tfl-ray-", dir="/tmp") as ray_tmp:
             progress.emit("ray_started", duration_s=time.perf_counter() - t0)
             progress.emit("simulation_started")
             with without_run_simulation_notice(), simulation_node_table() as known:

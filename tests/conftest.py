@@ -64,3 +64,14 @@ def tiny() -> Scenario:
 @pytest.fixture(autouse=True)
 def _flower_home(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("FLWR_HOME", str(tmp_path_factory.mktemp("flwr-home")))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """After each test and its fixtures (monkeypatch undone), the settings of term_fl.flower_internals that the
+    environment asks for: they are read once (term_fl.flower_internals.gate), and a test that changes the
+    environment or Flower's version calls ``gate.reload()`` itself."""
+    yield
+    from term_fl.flower_internals import gate
+
+    gate.reload()

@@ -36,9 +36,9 @@ def run_example(readme: Path, num_nodes: int = NUM_NODES) -> dict[str, Any]:
 
     namespace: dict[str, Any] = {"__name__": "readme_example"}
     exec(compile(readme_example(readme), str(readme), "exec"), namespace)  # noqa: S102 - the README's own code
-    grid = InProcessGrid(namespace["client_app"], num_nodes)
     context = Context(run_id=1, node_id=1, node_config={}, state=RecordDict(), run_config={})
-    namespace["server_app"](grid, context)
+    with InProcessGrid(namespace["client_app"], num_nodes) as grid:
+        namespace["server_app"](grid, context)
     namespace["context"] = context
     return namespace
 

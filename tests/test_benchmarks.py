@@ -31,6 +31,9 @@ NUMERIC = {
     + [("ratios", "history", "api_runs"), ("ratios", "rounds", "report")],
     "discovery": [("points", "query", "discovery_s"), ("points", "engine", "discovery_s"),
                   ("points", "query", "wall_s"), ("points", "engine", "wall_s")],
+    "flower_patches": [("dispatcher", mode, "round_median_s") for mode in ("flower", "linear")]
+    + [("node_table", mode, "discovery_s") for mode in ("query", "engine")]
+    + [("actor_reuse", mode, key) for mode in ("off", "on") for key in ("overhead_median_s", "total_s")],
     "cohort": [("vehicle", "client_ratio"), ("vehicle", "table_ratio"), ("vehicle", "cohort", "client_round_median_s"),
                ("synthetic", "logreg-60", "ratio"), ("synthetic", "mlp-60", "ratio"), ("floor", "mlp-60", "floor_s")],
 }

@@ -19,7 +19,7 @@ from term_fl.clientapp.app import make_client_app
 from term_fl.data import dataset_for
 from term_fl.clientapp.cache import LastUsed, ClientCache
 from term_fl.engines.inprocess import InProcessGrid
-from term_fl.flower_internals import to_array_record
+from term_fl.flower_internals import serverapp_identity, to_array_record
 from term_fl.common.keys import EVAL_SPLITS, SCENARIO as SCENARIO_KEY
 from term_fl.learning.models import get_weights, model_for, set_weights
 from term_fl.strategies.replies import metrics_of
@@ -44,7 +44,8 @@ def _send(kind: str, arrays, pid: int, grid: InProcessGrid = GRID) -> dict:
     content = RecordDict(
         {"arrays": arrays, "config": ConfigRecord({SCENARIO_KEY: SCENARIO.to_json(), "server-round": 1})}
     )
-    (reply,) = grid.send_and_receive([Message(content, dst_node_id=100 + pid, message_type=kind)])
+    with grid:
+        (reply,) = grid.send_and_receive([Message(content, dst_node_id=100 + pid, message_type=kind)])
     assert not reply.has_error(), reply.error.reason if reply.has_error() else ""
     return dict(metrics_of(reply))
 
@@ -166,7 +167,8 @@ def _fresh_process(kind: str, tmp_path) -> dict:
     if kind != "query":
         content = RecordDict({"arrays": to_array_record(_weights(3)),
                               "config": ConfigRecord({SCENARIO_KEY: SCENARIO.to_json(), "server-round": 1})})
-        message.write_bytes(pickle.dumps(Message(content, dst_node_id=1, message_type=kind)))
+        with serverapp_identity(run_id=1):
+            message.write_bytes(pickle.dumps(Message(content, dst_node_id=1, message_type=kind)))
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", _FRESH, str(repo), kind, str(message)],
                          capture_output=True, text=True, timeout=300, check=True)

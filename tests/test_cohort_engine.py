@@ -16,7 +16,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 
 from conftest import small_scenario, vehicle_path
-from term_fl.flower_internals import from_array_record
+from term_fl.flower_internals import from_array_record, serverapp_identity
 from term_fl.common.keys import ARRAYS, CONFIG, METRICS, NUM_PARTITIONS, SCENARIO, SERVER_ROUND
 from term_fl.clientapp.app import make_client_app
 from term_fl.clientapp.cache import ClientCache
@@ -76,11 +76,11 @@ def _grid(n: int, cohort: bool) -> InProcessGrid:
 def _exchange(scenario, kind: str, arrays: ArrayRecord, cohort: bool, server_round: int = 3):
     """Replies of every node to one message each (the round's shared record, as the strategies send it)."""
     n = scenario.data.synthetic.num_devices if scenario.data.name == "synthetic" else 23
-    grid = _grid(n, cohort)
     content = RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({SCENARIO: scenario.to_json(),
                                                                 SERVER_ROUND: server_round})})
-    messages = [Message(content, dst_node_id=node, message_type=kind) for node in range(1, n + 1)]
-    replies = list(grid.send_and_receive(messages))
+    with _grid(n, cohort) as grid:
+        messages = [Message(content, dst_node_id=node, message_type=kind) for node in range(1, n + 1)]
+        replies = list(grid.send_and_receive(messages))
     assert [r.metadata.reply_to_message_id for r in replies] == [m.metadata.message_id for m in messages]
     return replies
 
@@ -209,8 +209,9 @@ def test_messages_with_different_records_go_to_the_clientapp():
     scenario = small_scenario()
     one, two = initial_arrays(scenario), initial_arrays(scenario)
     config = ConfigRecord({SCENARIO: scenario.to_json(), SERVER_ROUND: 1})
-    messages = [Message(RecordDict({ARRAYS: arrays, CONFIG: config}), dst_node_id=node,
-                        message_type=MessageType.TRAIN) for node, arrays in ((1, one), (2, two))]
+    with serverapp_identity(run_id=1):
+        messages = [Message(RecordDict({ARRAYS: arrays, CONFIG: config}), dst_node_id=node,
+                            message_type=MessageType.TRAIN) for node, arrays in ((1, one), (2, two))]
     contexts = _grid(6, cohort=False)._contexts
     assert CohortExecutor(ClientCache()).replies(messages, contexts) is None
     assert CohortExecutor(ClientCache()).replies(messages[:1], contexts) is not None
@@ -257,11 +258,13 @@ def test_the_grid_pauses_the_garbage_collector_only_while_it_answers_and_restore
     grid = InProcessGrid(client_app_that_looks, 2, node_ids=[1, 2],
                          executor=None if executor is None else CohortExecutor(ClientCache()))
     config = ConfigRecord({SCENARIO: scenario.to_json(), SERVER_ROUND: 1})
-    messages = [Message(RecordDict({CONFIG: config}), dst_node_id=n, message_type=MessageType.QUERY) for n in (1, 2)]
     was = gc.isenabled()
     try:
         gc.enable() if collecting else gc.disable()
-        replies = list(grid.send_and_receive(messages))
+        with grid:
+            messages = [Message(RecordDict({CONFIG: config}), dst_node_id=n, message_type=MessageType.QUERY)
+                        for n in (1, 2)]
+            replies = list(grid.send_and_receive(messages))
         assert gc.isenabled() == collecting
     finally:
         gc.enable() if was else gc.disable()
@@ -279,8 +282,9 @@ def test_a_batch_the_clientapp_would_refuse_gets_the_clientapps_error_replies():
             context.node_config[NUM_PARTITIONS] = num_partitions
         config = ConfigRecord({SCENARIO: scenario_json, SERVER_ROUND: 1})
         content = RecordDict({ARRAYS: arrays, CONFIG: config})
-        replies = list(grid.send_and_receive(
-            [Message(content, dst_node_id=n, message_type=MessageType.TRAIN) for n in range(1, 7)]))
+        with grid:
+            replies = list(grid.send_and_receive(
+                [Message(content, dst_node_id=n, message_type=MessageType.TRAIN) for n in range(1, 7)]))
         assert len(replies) == 6 and all(r.has_error() for r in replies)
 
 

@@ -22,10 +22,12 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module", autouse=True)
 def one_ray_instance():
-    """One Ray instance for the module (as a sweep does); shut down at the end."""
+    """One Ray instance for the module (as a sweep does), with every opt-in patch of the Simulation Engine
+    (tests/test_flower_patches.py runs without them); shut down at the end."""
     from term_fl.engines.flower import ray_session
+    from term_fl.flower_internals import override
 
-    with ray_session(small_scenario()):
+    with override(patches="all"), ray_session(small_scenario()):
         yield
     assert no_ray_left() and not raylet_processes()
 

@@ -113,7 +113,8 @@ def test_sampling_does_not_depend_on_node_ids(tiny):
     picks = []
     for node_ids in ([11, 22, 33, 44, 55, 66], [9, 7, 5, 3, 1, 100]):
         rec = ListRecorder()
-        run_federation(InProcessGrid(client_app, 6, node_ids=node_ids), tiny, rec)
+        with InProcessGrid(client_app, 6, node_ids=node_ids) as grid:
+            run_federation(grid, tiny, rec)
         picks.append([[r["partition_id"] for r in rnd.train_rows] for rnd in rec.rounds])
     assert picks[0] == picks[1]
 
@@ -152,7 +153,8 @@ def failing_client(fail_partitions: set[int]) -> ClientApp:
 
 def test_failing_clients_are_excluded_and_the_round_goes_on(tiny):
     rec = ListRecorder()
-    run_federation(InProcessGrid(failing_client({0, 1, 2}), 6), tiny, rec)
+    with InProcessGrid(failing_client({0, 1, 2}), 6) as grid:
+        run_federation(grid, tiny, rec)
     assert rec.status == "finished"
     excluded_somewhere = False
     for rnd in rec.rounds:
@@ -170,8 +172,11 @@ def test_failing_clients_are_excluded_and_the_round_goes_on(tiny):
 def test_rounds_without_valid_replies_stop_the_run_with_a_clear_error(tmp_path):
     scenario = small_scenario("run.engine=inprocess", "run.max_failed_rounds=2", "run.rounds=5")
     rec = ListRecorder()
-    with pytest.raises(FederationError, match="2 consecutive rounds without a valid training reply"):
-        run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, rec)
+    with (
+        InProcessGrid(failing_client(set(range(6))), 6) as grid,
+        pytest.raises(FederationError, match="2 consecutive rounds without a valid training reply"),
+    ):
+        run_federation(grid, scenario, rec)
     assert rec.status == "failed" and len(rec.rounds) == 2
     assert all(r.status == "failed" for r in rec.rounds)
 
@@ -180,8 +185,11 @@ def test_a_run_whose_every_round_failed_ends_failed_even_below_max_failed_rounds
     """rounds=1 < max_failed_rounds=3: the one round failed, so nothing was learned and the run must say so."""
     scenario = small_scenario("run.engine=inprocess", "run.rounds=1")
     rec = ListRecorder()
-    with pytest.raises(FederationError, match=r"every round failed \(1 of 1\)"):
-        run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, rec)
+    with (
+        InProcessGrid(failing_client(set(range(6))), 6) as grid,
+        pytest.raises(FederationError, match=r"every round failed \(1 of 1\)"),
+    ):
+        run_federation(grid, scenario, rec)
     assert rec.status == "failed" and [r.status for r in rec.rounds] == ["failed"]
 
 
@@ -198,7 +206,8 @@ def test_a_run_with_one_good_round_among_failed_ones_finishes():
 
     scenario = small_scenario("run.engine=inprocess", "run.rounds=2")
     rec = ListRecorder()
-    run_federation(FlakyGrid(client_app, 6), scenario, rec)
+    with FlakyGrid(client_app, 6) as grid:
+        run_federation(grid, scenario, rec)
     assert rec.status == "finished" and [r.status for r in rec.rounds] == ["failed", "ok"]
 
 
@@ -208,8 +217,11 @@ def test_a_failed_run_keeps_its_rounds_readable_and_is_marked(tmp_path, monkeypa
     from term_fl.runs.run import RunRecorder
 
     recorder = RunRecorder(store, tmp_path / "run", run_id="failing-run")
-    with pytest.raises(FederationError):
-        run_federation(InProcessGrid(failing_client(set(range(6))), 6), scenario, recorder)
+    with (
+        InProcessGrid(failing_client(set(range(6))), 6) as grid,
+        pytest.raises(FederationError),
+    ):
+        run_federation(grid, scenario, recorder)
     run = store.get_run("failing-run")
     assert run.status == "failed" and "consecutive rounds" in run.error
     assert run.rounds_completed == 1
@@ -219,7 +231,7 @@ def test_a_failed_run_keeps_its_rounds_readable_and_is_marked(tmp_path, monkeypa
 def test_missing_nodes_give_a_clear_error_not_a_hang():
     scenario = small_scenario("run.engine=inprocess", "run.node_timeout=0.5")
     grid = InProcessGrid(client_app, 4)  # the dataset has 6 devices
-    with pytest.raises(FederationError, match="only 4 of 6 expected nodes connected within 0.5 s"):
+    with grid, pytest.raises(FederationError, match="only 4 of 6 expected nodes connected within 0.5 s"):
         run_federation(grid, scenario)
 
 
@@ -256,7 +268,7 @@ def test_error_replies_sent_on_behalf_of_a_node_name_that_node(tiny, caplog):
     grid = UnavailableNodeGrid(client_app, 6)
     node_of_partition0 = next(n for n, c in grid._contexts.items() if c.node_config["partition-id"] == 0)
     rec = ListRecorder()
-    with caplog.at_level("WARNING", logger="flwr"):
+    with grid, caplog.at_level("WARNING", logger="flwr"):
         run_federation(grid, scenario, rec)
     for rnd in rec.rounds:
         assert {(e["node_id"], e["partition_id"]) for e in rnd.excluded} == {(node_of_partition0, 0)}
@@ -352,7 +364,7 @@ def test_a_crashed_node_is_skipped_and_its_partition_rejoins_under_a_new_node_id
     scenario = small_scenario("run.engine=inprocess", "run.clients_per_round=6", "run.rounds=4")
     grid = CrashingGrid(client_app, 6)
     rec = ListRecorder()
-    with caplog.at_level("WARNING", logger="term_fl"):
+    with grid, caplog.at_level("WARNING", logger="term_fl"):
         result = run_federation(grid, scenario, rec)
     evaluated = [sorted({r["partition_id"] for r in rnd.eval_rows}) for rnd in rec.rounds]
     assert evaluated == [list(range(6)), [0, 2, 3, 4, 5], list(range(6)), list(range(6))]
@@ -375,7 +387,7 @@ def test_a_second_node_claiming_a_live_partition_is_ignored(caplog):
             rec.record_round(record)
             grid._contexts[max(grid._contexts) + 1] = grid._contexts[first]  # a second SuperNode, partition 0
 
-    with caplog.at_level("WARNING", logger="term_fl"):
+    with grid, caplog.at_level("WARNING", logger="term_fl"):
         result = run_federation(grid, scenario, LateDuplicate())
     assert result.node_partitions[first] == 0 and len(result.node_partitions) == 6
     assert "also holds partition-id=0" in caplog.text
@@ -399,13 +411,14 @@ def test_a_node_table_from_the_engine_replaces_the_partition_query():
     table = {node_id: int(ctx.node_config["partition-id"]) for node_id, ctx in grid._contexts.items()}
     waited = []
     known = lambda timeout: waited.append(timeout) or table  # noqa: E731
-    assert discover_nodes(grid, 6, timeout=30, known=known) == table
-    assert grid.queries == 0 and 0 < waited[0] <= 30
-    # without a table, or with one that does not match the connected nodes: every node is asked
-    assert discover_nodes(grid, 6, timeout=30) == table and grid.queries == 6
-    wrong = {node_id + 1: pid for node_id, pid in table.items()}
-    assert discover_nodes(grid, 6, timeout=30, known=lambda t: wrong) == table and grid.queries == 12
-    assert discover_nodes(grid, 6, timeout=30, known=lambda t: None) == table and grid.queries == 18
+    with grid:
+        assert discover_nodes(grid, 6, timeout=30, known=known) == table
+        assert grid.queries == 0 and 0 < waited[0] <= 30
+        # without a table, or with one that does not match the connected nodes: every node is asked
+        assert discover_nodes(grid, 6, timeout=30) == table and grid.queries == 6
+        wrong = {node_id + 1: pid for node_id, pid in table.items()}
+        assert discover_nodes(grid, 6, timeout=30, known=lambda t: wrong) == table and grid.queries == 12
+        assert discover_nodes(grid, 6, timeout=30, known=lambda t: None) == table and grid.queries == 18
 
 
 class FailingQueryGrid(CountingGrid):
@@ -431,7 +444,7 @@ def test_a_failed_partition_query_is_asked_again(caplog):
 
     grid = FailingQueryGrid(client_app, 6, fails=QUERY_TRIES - 1)
     table = {node_id: int(ctx.node_config["partition-id"]) for node_id, ctx in grid._contexts.items()}
-    with caplog.at_level("WARNING", logger="term_fl"):
+    with grid, caplog.at_level("WARNING", logger="term_fl"):
         assert discover_nodes(grid, 6, timeout=30, poll_s=0.01) == table
     assert grid.queries == 6 + QUERY_TRIES - 1  # every node once, then the failed one alone
     assert f"asking 1 node(s) again for their partition: [{grid.slow}]" in caplog.text
@@ -441,6 +454,6 @@ def test_a_node_whose_query_always_fails_is_named_after_the_last_try():
     from term_fl.federation.loop import QUERY_TRIES, discover_nodes
 
     grid = FailingQueryGrid(client_app, 6, fails=QUERY_TRIES)
-    with pytest.raises(FederationError, match=r"5 of 6 partitions answered .* missing partition ids: \[2\]"):
+    with grid, pytest.raises(FederationError, match=r"5 of 6 partitions answered .* missing partition ids: \[2\]"):
         discover_nodes(grid, 6, timeout=30, poll_s=0.01)
     assert grid.queries == 6 + QUERY_TRIES - 1

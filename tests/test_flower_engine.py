@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from conftest import SMALL
-from term_fl.engines.flower import RUN_SIMULATION_NOTICE, Stop, StoppableGrid, without_run_simulation_notice
+from term_fl.engines.flower import RUN_SIMULATION_NOTICE, without_run_simulation_notice
+from term_fl.engines.stoppable import Stop, StoppableGrid
 
 SMALL_SETS = [arg for item in SMALL for arg in ("--set", item)]
 
@@ -130,7 +131,12 @@ def test_a_client_ray_cannot_host_ends_in_one_line_before_the_server_loop_waits(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("verbose", [False, True])
-def test_a_flower_engine_run_prints_no_deprecation_notice_and_no_actor_termination_warnings(verbose, tmp_path):
+def test_a_flower_engine_run_prints_no_deprecation_notice_and_no_actor_termination_warnings(verbose, tmp_path,
+                                                                                          monkeypatch):
+    """Without -v no log line at all; with -v Flower's lines but no deprecation notice, and with the patch
+    actor-reuse (actors ended with ray.kill) no 'Manually terminating' warning either. Without that patch
+    Flower ends its actors itself, and -v shows its warning per actor."""
+    monkeypatch.setenv("TERM_FL_FLOWER_PATCHES", "actor-reuse")
     out = tmp_path / "run"
     done = term_fl("run", "--engine", "flower", *SMALL_SETS, *(["-v"] if verbose else []), "--out", str(out),
                    "--db", str(tmp_path / "r.db"))

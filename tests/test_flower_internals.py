@@ -1,4 +1,10 @@
-"""term_fl.flower_internals: fast paths only on the Flower they were written for, Flower's public API elsewhere."""
+"""term_fl.flower_internals: fast paths only on the Flower they were written for, Flower's public API elsewhere.
+
+The version gate's settings (read once), the opt-in patches, the required
+internals and their scopes are in tests/test_flower_gate.py; importing and
+using the strategies with Flower's private modules blocked in
+tests/test_flower_blocked.py.
+"""
 
 from __future__ import annotations
 
@@ -14,10 +20,11 @@ from term_fl import flower_internals as internals
 
 
 def test_the_installed_flower_is_the_one_the_internals_were_written_for():
-    """Fails on purpose after a Flower upgrade: check every function of term_fl/flower_internals.py
-    against the new version (the dispatcher, the Ray backend patches, the codec), then update SUPPORTED."""
+    """Fails on purpose after a Flower upgrade: check every module of term_fl/flower_internals/ against the
+    new version (the codec, the records, the identity, the dispatcher, the node table, the Ray backend
+    patches), then update gate.SUPPORTED."""
     assert flwr.__version__.startswith(internals.SUPPORTED), (
-        f"Flower {flwr.__version__} is installed; term_fl/flower_internals.py was written for "
+        f"Flower {flwr.__version__} is installed; term_fl/flower_internals/ was written for "
         f"{internals.SUPPORTED}x and takes Flower's public (slower) paths on this version"
     )
     assert internals.fast_paths()
@@ -36,10 +43,12 @@ def content() -> RecordDict:
 
 @pytest.fixture(params=["other-version", "turned-off"])
 def plain_paths(request, monkeypatch):
+    monkeypatch.setenv(internals.PATCHES_ENV, "all")  # asked for, but the fast paths are off
     if request.param == "other-version":
         monkeypatch.setattr(flwr, "__version__", "9.0.0")
     else:
-        monkeypatch.setenv(internals.ENV, "off")
+        monkeypatch.setenv(internals.INTERNALS_ENV, "off")
+    internals.reload()
     assert not internals.fast_paths()
 
 
@@ -69,6 +78,12 @@ def test_without_the_fast_paths_every_function_gives_flowers_own_result(plain_pa
     req = request()
     reply = internals.reply_message(req, {"metrics": MetricRecord({"a": 1})})
     _same_reply(reply, Message(RecordDict({"metrics": MetricRecord({"a": 1})}), reply_to=req))
+    # the required internals work on every version, their writes checked through Flower's getters
+    internals.set_message_id(req, "new-id")
+    assert req.metadata.message_id == "new-id"
+    with internals.serverapp_identity(run_id=99):
+        built = Message(RecordDict({}), dst_node_id=5, message_type=MessageType.QUERY)
+    assert (built.metadata.run_id, built.metadata.src_node_id) == (99, 1)
 
 
 def request() -> Message:
@@ -164,9 +179,12 @@ def test_arrays_of_every_dtype_get_flowers_bytes_also_after_another_dtype_of_the
 
 
 def test_another_flower_version_is_named_in_a_warning_once(monkeypatch, caplog):
+    from term_fl.flower_internals import gate
+
     monkeypatch.setattr(flwr, "__version__", "9.1.0")
-    monkeypatch.setattr(internals, "_warned", set())
+    monkeypatch.setattr(gate, "_warned", set())
     with caplog.at_level(logging.WARNING, logger="term_fl"):
+        internals.reload()
         internals.fast_paths()
-        internals.fast_paths()
+        internals.reload()
     assert caplog.text.count("this is Flower 9.1.0") == 1

@@ -49,7 +49,8 @@ def run(*overrides, **hostile):
     scenario = small_scenario("run.engine=inprocess", "run.clients_per_round=6", "run.rounds=4",
                               "strategy.name=term", "strategy.t=1", *overrides)
     rec = Rounds()
-    run_federation(HostileGrid(client_app, 6, **hostile), scenario, rec)
+    with HostileGrid(client_app, 6, **hostile) as grid:
+        run_federation(grid, scenario, rec)
     return rec.rounds
 
 

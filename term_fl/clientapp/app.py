@@ -42,6 +42,7 @@ from term_fl.common.keys import (
 from term_fl.learning.models import TermModel, model_for, set_weights
 from term_fl.clientapp.node_query import partition_reply
 from term_fl.common.seeding import derive_seed
+from term_fl.learning.threads import single_threaded
 from term_fl.learning.training import (
     EvalResult,
     TrainResult,
@@ -152,7 +153,6 @@ def _task(
     msg: Message, context: Context, workspace: Workspace, *, training: bool
 ) -> tuple[Setting, int, TermModel, DeviceTensors]:
     """What a train or evaluate message asks of this node: the setting, the partition, the model, the tensors."""
-    torch.set_num_threads(1)
     setting = workspace.setting(str(msg.content[CONFIG][SCENARIO]))
     pid = _partition(context, setting.dataset)
     model = workspace.model(setting, msg.content[ARRAYS], training=training)
@@ -160,20 +160,21 @@ def _task(
 
 
 def train(msg: Message, context: Context, workspace: Workspace) -> Message:
-    """Report F_k (the incoming model's loss on the train split), train locally, reply."""
-    setting, pid, model, data = _task(msg, context, workspace, training=True)
-    scenario, c = setting.scenario, setting.scenario.client
-    result = train_tensors(
-        model,
-        data.x_train,
-        data.y_train,
-        lr=c.lr,
-        epochs=c.epochs,
-        batch_size=c.batch_size,
-        weight_decay=c.weight_decay,
-        tau=c.tau,
-        seed=derive_seed(scenario.run.seed, int(msg.content[CONFIG][SERVER_ROUND]), pid),
-    )
+    """Report F_k (the incoming model's loss on the train split), train locally (one thread), reply."""
+    with single_threaded():
+        setting, pid, model, data = _task(msg, context, workspace, training=True)
+        scenario, c = setting.scenario, setting.scenario.client
+        result = train_tensors(
+            model,
+            data.x_train,
+            data.y_train,
+            lr=c.lr,
+            epochs=c.epochs,
+            batch_size=c.batch_size,
+            weight_decay=c.weight_decay,
+            tau=c.tau,
+            seed=derive_seed(scenario.run.seed, int(msg.content[CONFIG][SERVER_ROUND]), pid),
+        )
     return train_reply(msg, pid, result)
 
 
@@ -194,9 +195,11 @@ def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message
 
 
 def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
-    """Evaluate the global model on this device's validation and test splits (one forward pass)."""
-    _, pid, model, data = _task(msg, context, workspace, training=False)
-    return evaluate_reply(msg, pid, evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends))
+    """Evaluate the global model on this device's validation and test splits (one forward pass, one thread)."""
+    with single_threaded():
+        _, pid, model, data = _task(msg, context, workspace, training=False)
+        results = evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends)
+    return evaluate_reply(msg, pid, results)
 
 
 def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult]) -> Message:

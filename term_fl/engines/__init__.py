@@ -59,8 +59,16 @@ def run_scenario(
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
 ) -> FederationResult:
-    """Run one scenario on the engine ``scenario.run.engine`` names (and, in-process, ``run.executor``)."""
+    """Run one scenario on the engine ``scenario.run.engine`` names (and, in-process, ``run.executor``).
+
+    Reads the settings of :mod:`term_fl.flower_internals` from the environment
+    again (``TERM_FL_FLOWER_INTERNALS``, ``TERM_FL_FLOWER_PATCHES``): they hold
+    for the run.
+    """
     from term_fl.federation.loop import run_federation
+    from term_fl.flower_internals.gate import reload
+
+    reload()
 
     if scenario.run.executor != "sequential" and scenario.run.engine != "inprocess":
         raise ConfigError(
@@ -83,8 +91,8 @@ def run_scenario(
             from term_fl.engines.cohort_executor import CohortExecutor
 
             executor = CohortExecutor(cache)
-        grid = InProcessGrid(make_client_app(cache), num_nodes, executor=executor)
-        return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset)
+        with InProcessGrid(make_client_app(cache), num_nodes, executor=executor) as grid:
+            return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset)
     from term_fl.engines.flower import run_flower_simulation
 
     return run_flower_simulation(scenario, num_nodes, recorder, on_round=on_round)

@@ -1,7 +1,10 @@
 """Flower's Simulation Engine (Ray) driving the shared server loop.
 
-The linear message dispatcher of :mod:`term_fl.flower_internals` replaces
-Flower 1.42's (nodes x messages per poll) while a simulation runs.
+Three patches of the Simulation Engine (:mod:`term_fl.flower_internals`) are
+installed when asked for (``TERM_FL_FLOWER_PATCHES``; README, "Flower
+versions"): the linear message dispatcher (Flower 1.42's polls cost nodes x
+messages), the engine's node table (no query to every node) and the reuse
+of ClientApp actors across the simulations of a :func:`ray_session`.
 
 ``run_flower_simulation`` starts a private Ray instance (own temp folder, no
 usage stats, no dashboard), runs ``term_fl.federation.loop.run_federation`` as the
@@ -32,22 +35,29 @@ import shutil
 import sys
 import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from flwr.app import Context, Message
+from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from term_fl.clientapp.cache import app as client_app
-from term_fl.config import Scenario
-from term_fl.engines.watchdog import orphan_guard
 from term_fl.common.errors import EngineStartError
 from term_fl.common.extras import require
-from term_fl.flower_internals import LOCK_SHARE, ActorReuse, linear_dispatcher, reusing_client_actors
-from term_fl.flower_internals import simulation_node_table
+from term_fl.config import Scenario
+from term_fl.engines.stoppable import Stop, StoppableGrid
+from term_fl.engines.watchdog import orphan_guard
 from term_fl.federation.loop import FederationError, FederationResult, Recorder, RoundRecord, run_federation
+from term_fl.flower_internals.actors import ActorReuse, reusing_client_actors
+from term_fl.flower_internals.dispatcher import linear_dispatcher
+from term_fl.flower_internals.identity import preserved_identity
+from term_fl.flower_internals.node_table import simulation_node_table
+
+__all__ = [
+    "EngineError", "Stop", "StoppableGrid", "actors_reused", "backend_config", "client_resources", "ray_session",
+    "run_flower_simulation", "shutdown_ray", "start_ray", "without_run_simulation_notice",
+]
 
 log = logging.getLogger("term_fl")
 
@@ -143,7 +153,7 @@ def start_ray(scenario: Scenario, temp_dir: str) -> None:
 
     resources = client_resources(scenario)
     try:
-        # The arguments Flower's RayBackend.init_ray would use.
+        # The arguments Flower's RayBackend.init_ray would use (ray_session restores PYTHONPATH at its end).
         pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
         os.environ["PYTHONPATH"] = pythonpath
         ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
@@ -195,135 +205,70 @@ _session: dict[str, Any] = {}
 
 
 @contextmanager
+def environment_restored() -> Iterator[None]:
+    """``os.environ`` as it was before the block, at its end (what the session and Ray's ``init`` set is undone)."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
+@contextmanager
 def ray_session(scenario: Scenario) -> Iterator[None]:
-    """Keep one Ray instance and one pool of ClientApp actors alive across simulations.
+    """Keep one Ray instance (and, with the patch ``actor-reuse``, its ClientApp actors) alive across simulations.
 
     For a sweep or a test module. Flower 1.42's Ray backend starts Ray only
     when it is not running, but starts new ClientApp actors for every
-    simulation and shuts Ray down after it. Inside this context a simulation
-    reuses the previous one's actors when they ask for the same resources and
-    all came back idle (:func:`term_fl.flower_internals.reusing_client_actors`:
-    each actor process keeps its imports and the ClientApp's per-process
-    caches, which never change a reply), and leaves them running at its end.
-    Ray and the last actors are shut down once, at the end. Nested sessions
-    are no-ops. Raises :class:`EngineStartError` when Ray cannot start
-    (:func:`start_ray`).
+    simulation and shuts Ray down after it. With the opt-in patch
+    ``actor-reuse`` (``TERM_FL_FLOWER_PATCHES``, read when the session
+    starts) a simulation reuses the previous one's actors when they ask for
+    the same resources and all came back idle
+    (:func:`term_fl.flower_internals.reusing_client_actors`: each actor
+    process keeps its imports and the ClientApp's per-process caches, which
+    never change a reply), and leaves them running at its end. Ray (and the
+    last actors) are shut down once, at the end, and the environment gets
+    its variables of before back (the session's and those Ray's ``init``
+    sets, such as ``PYTHONBREAKPOINT``). Nested
+    sessions are no-ops. Raises :class:`EngineStartError` when Ray cannot
+    start (:func:`start_ray`).
     """
     require("sim", "ray", purpose=RAY_PURPOSE)
     if _session:
         yield
         return
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
-    temp_dir = make_ray_temp_dir()
-    guard = orphan_guard(temp_dir)  # Ray's agents and workers outlive a driver killed with SIGKILL
-    watchdog = guard.__enter__()
-    interrupted = False
-    try:
-        start_ray(scenario, temp_dir)
-        with reusing_client_actors() as reuse, linear_dispatcher():
-            _session.update(temp_dir=temp_dir, reuse=reuse)
-            yield
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
-    finally:
-        _session.clear()
-        stopped = shutdown_ray(INTERRUPTED_SHUTDOWN_S if interrupted else SHUTDOWN_S)
-        if watchdog is not None:
-            watchdog.keep = not stopped
-        guard.__exit__(None, None, None)
-        shutil.rmtree(temp_dir, ignore_errors=True)
+    with environment_restored():
+        for key, value in QUIET_ENV.items():
+            os.environ.setdefault(key, value)
+        temp_dir = make_ray_temp_dir()
+        guard = orphan_guard(temp_dir)  # Ray's agents and workers outlive a driver killed with SIGKILL
+        watchdog = guard.__enter__()
+        interrupted = False
+        try:
+            start_ray(scenario, temp_dir)
+            with reusing_client_actors() as reuse, linear_dispatcher():
+                _session.update(temp_dir=temp_dir, reuse=reuse)
+                yield
+        except KeyboardInterrupt:
+            interrupted = True
+            raise
+        finally:
+            _session.clear()
+            stopped = shutdown_ray(INTERRUPTED_SHUTDOWN_S if interrupted else SHUTDOWN_S)
+            if watchdog is not None:
+                watchdog.keep = not stopped
+            guard.__exit__(None, None, None)
+            shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def actors_reused() -> int:
     """How many simulations of the current ``ray_session`` reused the previous one's actors."""
     reuse: ActorReuse | None = _session.get("reuse")
     return 0 if reuse is None else reuse.reused
-
-
-class Stop:
-    """Set once, from the caller's thread: the server loop raises ``error`` at its next wait."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self.error: BaseException = KeyboardInterrupt("the simulation was stopped")
-
-    def set(self, error: BaseException | None = None) -> None:  # noqa: D102
-        if error is not None:
-            self.error = error
-        self._event.set()
-
-    def is_set(self) -> bool:  # noqa: D102
-        return self._event.is_set()
-
-
-class StoppableGrid(Grid):
-    """Flower's Grid, with every wait of the server loop ending early once ``stop`` is set.
-
-    Flower's Simulation Engine runs the ServerApp in a thread of its own. On
-    Ctrl-C the main thread stops the engine, but the server loop would sit in
-    ``send_and_receive`` until ``run.round_timeout`` and then go on with
-    failed rounds; when the engine itself fails, it would wait out
-    ``run.node_timeout`` for nodes that never come. With this wrapper it
-    raises the stop's error (``KeyboardInterrupt`` for Ctrl-C, so that
-    ``run_federation`` records the run as interrupted; the engine's error,
-    recorded as failed) within a poll interval, and the thread ends.
-
-    Replies are pulled every ``poll_s`` (10 ms; Flower's grid: 100 ms), and
-    never more often than keeps the pulls under ~10% of the time: one pull
-    scans every pending message under the link state's lock, holding the
-    GIL, so 10,000 pending messages (asking 10,000 nodes for their
-    partitions) pulled every 10 ms starve the threads that deliver them.
-    Everything else is delegated.
-    """
-
-    def __init__(self, grid: Grid, stop: Stop, poll_s: float = 0.01) -> None:
-        self._grid = grid
-        self._stop = stop
-        self._poll_s = poll_s
-
-    def _check(self) -> None:
-        if self._stop.is_set():
-            raise self._stop.error
-
-    def set_run(self, run: Any) -> None:  # noqa: D102
-        self._grid.set_run(run)
-
-    @property
-    def run(self) -> Any:  # noqa: D102
-        return self._grid.run
-
-    def create_message(self, *args: Any, **kwargs: Any) -> Message:  # noqa: D102
-        return self._grid.create_message(*args, **kwargs)
-
-    def get_node_ids(self) -> Iterable[int]:  # noqa: D102
-        self._check()
-        return self._grid.get_node_ids()
-
-    def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
-        self._check()
-        return self._grid.push_messages(messages)
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
-        return self._grid.pull_messages(message_ids)
-
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> Iterable[Message]:
-        """Flower's ``send_and_receive`` (push, then pull until every reply or the timeout), stoppable."""
-        pending = set(self.push_messages(messages))
-        end = None if timeout is None else time.monotonic() + timeout
-        replies: list[Message] = []
-        while pending:
-            self._check()
-            started = time.perf_counter()
-            received = list(self.pull_messages(pending))
-            pull_s = time.perf_counter() - started
-            replies.extend(received)
-            pending.difference_update(m.metadata.reply_to_message_id for m in received)
-            if not pending or (end is not None and time.monotonic() >= end):
-                break
-            time.sleep(max(self._poll_s, pull_s * (1.0 / LOCK_SHARE - 1.0)))
-        return replies
 
 
 # How long Ctrl-C waits for the server loop to record the run as interrupted,
@@ -408,7 +353,8 @@ def _simulate(
                 server_done.set()
 
         try:
-            with linear_dispatcher(), without_run_simulation_notice():
+            # Flower's ServerApp thread sets this process's task identity: the one of before comes back after
+            with linear_dispatcher(), without_run_simulation_notice(), preserved_identity():
                 run_simulation(
                     server_app=server_app,
                     client_app=client_app,

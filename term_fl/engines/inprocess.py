@@ -5,12 +5,18 @@ the Flower engines; only the transport differs: no Ray, no SuperLink, no
 serialisation. Node ids are random, as Flower's are, so the server must
 sample by partition-id to be reproducible, exactly as with Flower.
 
-Replies are computed when messages are pushed, one client at a time, with
-``torch.set_num_threads(1)`` as in Flower's virtual clients; a client that
-raises becomes an error reply, as in Flower's Simulation Engine. With an
-``executor`` (``run.executor = "cohort"``, :mod:`term_fl.engines.cohort_executor`)
-a batch of train or evaluate messages is answered by one batched
-computation instead, also single-threaded.
+The grid is used inside a ``with`` block, which plays the ServerApp process:
+there, Messages built in this process come from its run
+(:func:`term_fl.flower_internals.serverapp_identity`); the process's identity
+of before comes back at the end. Replies are computed when messages are
+pushed, one client at a time, with torch on one thread as in Flower's
+virtual clients (:func:`term_fl.learning.threads.single_threaded`: the
+caller's thread count comes back after each push); a client that raises
+becomes an error reply, as in Flower's Simulation Engine. With an
+``executor`` (``run.executor = "cohort"``,
+:mod:`term_fl.engines.cohort_executor`) a batch of train or evaluate
+messages is answered by one batched computation instead, also
+single-threaded.
 """
 
 from __future__ import annotations
@@ -19,22 +25,33 @@ import gc
 import secrets
 import traceback
 from collections.abc import Iterable
+from contextlib import ExitStack
+from types import TracebackType
+from typing import TYPE_CHECKING
 from uuid import uuid4
 
-import torch
 from flwr.app import Context, Error, Message, RecordDict
 from flwr.clientapp import ClientApp
 from flwr.serverapp import Grid
 
-from term_fl.engines.cohort_executor import CohortExecutor
-from term_fl.flower_internals import Run, act_as_serverapp, set_message_id
 from term_fl.common.keys import NUM_PARTITIONS, PARTITION_ID
+from term_fl.engines.cohort_executor import CohortExecutor
+from term_fl.flower_internals.identity import empty_run, serverapp_identity, set_message_id
+from term_fl.learning.threads import single_threaded
+
+if TYPE_CHECKING:
+    from term_fl.flower_internals.identity import Run
 
 CLIENT_APP_EXCEPTION = 2  # Flower's ErrorCode.CLIENT_APP_RAISED_EXCEPTION
 
 
 class InProcessGrid(Grid):
-    """A Grid over ``num_nodes`` virtual nodes that run ``client_app`` in this process."""
+    """A Grid over ``num_nodes`` virtual nodes that run ``client_app`` in this process.
+
+    Use it in a ``with`` block (``with InProcessGrid(app, n) as grid:
+    run_federation(grid, ...)``): inside, Messages built in this process come
+    from the grid's ServerApp; outside, the grid refuses to work.
+    """
 
     def __init__(
         self,
@@ -50,10 +67,11 @@ class InProcessGrid(Grid):
             raise ValueError("node_ids must hold num_nodes distinct ids")
         self._client_app = client_app
         self._executor = executor
-        self._run = Run.create_empty(run_id=secrets.randbits(63))
+        self._run_id = secrets.randbits(63)
+        self._run: Run | None = None
         self._contexts = {
             node_id: Context(
-                run_id=self._run.run_id,
+                run_id=self._run_id,
                 node_id=node_id,
                 node_config={PARTITION_ID: pid, NUM_PARTITIONS: num_nodes},
                 state=RecordDict(),
@@ -62,7 +80,33 @@ class InProcessGrid(Grid):
             for pid, node_id in enumerate(ids)
         }
         self._replies: dict[str, Message] = {}
-        act_as_serverapp(self._run.run_id)
+        self._serving: ExitStack | None = None
+
+    # -- the ServerApp's block --------------------------------------------------
+    def __enter__(self) -> InProcessGrid:
+        """Act as this grid's ServerApp until the block ends."""
+        if self._serving is not None:
+            raise RuntimeError("this InProcessGrid's with-block is already open")
+        stack = ExitStack()
+        stack.enter_context(serverapp_identity(self._run_id))
+        self._serving = stack
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        """Give the process its identity of before back."""
+        stack, self._serving = self._serving, None
+        if stack is not None:
+            stack.close()
+
+    def _check_serving(self) -> None:
+        if self._serving is None:
+            raise RuntimeError(
+                "InProcessGrid used outside its with-block: the Messages for it are built with the ServerApp "
+                "identity it sets there; write `with InProcessGrid(client_app, num_nodes) as grid: "
+                "run_federation(grid, ...)`"
+            )
 
     # -- Grid API -----------------------------------------------------------
     def set_run(self, run: Run) -> None:  # noqa: D102
@@ -70,37 +114,40 @@ class InProcessGrid(Grid):
 
     @property
     def run(self) -> Run:  # noqa: D102
+        if self._run is None:
+            self._run = empty_run(self._run_id)
         return self._run
 
     def create_message(  # noqa: D102
         self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: float | None = None
     ) -> Message:
+        self._check_serving()
         return Message(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
 
     def get_node_ids(self) -> Iterable[int]:  # noqa: D102
+        self._check_serving()
         return list(self._contexts)
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
+        self._check_serving()
         ids = []
-        threads = torch.get_num_threads()
-        torch.set_num_threads(1)
         # The cyclic garbage collector is paused while a batch is answered: the replies allocate
         # many small objects and no reference cycles, and a collection every 700 allocations that
         # walks everything alive cost a cohort round of 1,000 MLP clients a fifth of its time.
         collecting = gc.isenabled()
         gc.disable()
         try:
-            messages = list(messages)
-            for msg in messages:
-                set_message_id(msg, str(uuid4()))
-                ids.append(msg.metadata.message_id)
-            replies = self._executor.replies(messages, self._contexts) if self._executor is not None else None
-            if replies is None:
-                replies = [self._deliver(msg) for msg in messages]
-            for mid, reply in zip(ids, replies, strict=True):
-                self._replies[mid] = reply
+            with single_threaded():
+                messages = list(messages)
+                for msg in messages:
+                    set_message_id(msg, str(uuid4()))
+                    ids.append(msg.metadata.message_id)
+                replies = self._executor.replies(messages, self._contexts) if self._executor is not None else None
+                if replies is None:
+                    replies = [self._deliver(msg) for msg in messages]
+                for mid, reply in zip(ids, replies, strict=True):
+                    self._replies[mid] = reply
         finally:
-            torch.set_num_threads(threads)
             if collecting:
                 gc.enable()
         return ids
