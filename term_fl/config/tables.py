@@ -66,6 +66,12 @@ class RunConfig(Table):
     evaluate_fraction: float = Field(
         1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"
     )
+    # added in 0.3: hashed only away from uniform, so earlier hashes stay valid
+    sampling: Annotated[Literal["uniform", "size"], HASHED_WHEN_SET] = Field(
+        "uniform",
+        description="how each training round samples its devices: uniform, or size (probability proportional to "
+                    "the device's training examples n_k, without replacement, as the q-FFL and TERM reference code)",
+    )
     # which rounds are recorded, not the model (the tail statistics read them): hashed away from 1
     evaluate_every: Annotated[int, HASHED_WHEN_SET] = Field(
         1, ge=1, le=100_000,
