@@ -1,0 +1,44 @@
+"""data.min_test_samples: small devices get enough test samples; 0 splits exactly as before."""
+
+from __future__ import annotations
+
+import pytest
+
+from term_fl.data import build_dataset
+from term_fl.data.splits import split_sizes
+
+
+
+
+@pytest.mark.parametrize(
+    ("n", "fractions", "min_test", "expected"),
+    [
+        (7, (0.5, 0.2, 0.3), 0, (4, 1, 2)),  # the rule alone (the documented example)
+        (7, (0.5, 0.2, 0.3), 4, (2, 1, 4)),  # two more test samples: val keeps one, train gives one
+        (7, (0.5, 0.2, 0.3), 2, (4, 1, 2)),  # already enough: unchanged
+        (3, (0.8, 0.1, 0.1), 5, (1, 1, 1)),  # capped at n - 2
+        (20, (0.5, 0.2, 0.3), 10, (6, 4, 10)),  # train gives first, validation keeps its 4
+        (5, (0.2, 0.4, 0.4), 4, (1, 1, 3)),  # capped at n - 2: train and validation keep one each
+        (100, (0.8, 0.1, 0.1), 5, (80, 10, 10)),
+    ],
+)
+def test_min_test_samples_raises_the_test_split_and_every_split_keeps_one(n, fractions, min_test, expected):
+    got = split_sizes(n, fractions, min_test=min_test)
+    assert got == expected and sum(got) == n and min(got) >= 1
+
+
+def test_min_test_samples_zero_splits_every_vehicle_sized_device_as_before():
+    for n in range(3, 600):
+        assert split_sizes(n, (0.5, 0.2, 0.3), min_test=0) == split_sizes(n, (0.5, 0.2, 0.3))
+
+
+def test_min_test_samples_gives_small_devices_their_test_samples_and_says_so_in_the_metadata():
+    plain = build_dataset("synthetic", seed=1, num_devices=6, max_samples=8, train_fraction=0.6,
+                          val_fraction=0.2, test_fraction=0.2)
+    raised = build_dataset("synthetic", seed=1, num_devices=6, max_samples=8, train_fraction=0.6,
+                           val_fraction=0.2, test_fraction=0.2, min_test_samples=4)
+    assert plain.metadata["sizes"]["test"] == [2] * 6
+    assert raised.metadata["sizes"]["test"] == [4] * 6
+    assert [raised.device(k).num_examples("test") for k in range(6)] == [4] * 6
+    with pytest.raises(ValueError, match="min_test_samples must be an integer >= 0, got -1"):
+        build_dataset("synthetic", seed=1, num_devices=6, min_test_samples=-1)
