@@ -42,3 +42,15 @@ def test_min_test_samples_gives_small_devices_their_test_samples_and_says_so_in_
     assert [raised.device(k).num_examples("test") for k in range(6)] == [4] * 6
     with pytest.raises(ValueError, match="min_test_samples must be an integer >= 0, got -1"):
         build_dataset("synthetic", seed=1, num_devices=6, min_test_samples=-1)
+
+
+def test_the_scenario_setting_is_hashed_only_when_set_and_refuses_negative_values():
+    from conftest import small_scenario
+    from term_fl.common.errors import ConfigError
+    from term_fl.config import config_hash
+
+    plain = small_scenario()
+    assert config_hash(small_scenario("data.min_test_samples=0")) == config_hash(plain)
+    assert config_hash(small_scenario("data.min_test_samples=3")) != config_hash(plain)
+    with pytest.raises(ConfigError, match=r"data\.min_test_samples: .*greater than or equal to 0"):
+        small_scenario("data.min_test_samples=-2")
