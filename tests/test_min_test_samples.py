@@ -54,3 +54,28 @@ def test_the_scenario_setting_is_hashed_only_when_set_and_refuses_negative_value
     assert config_hash(small_scenario("data.min_test_samples=3")) != config_hash(plain)
     with pytest.raises(ConfigError, match=r"data\.min_test_samples: .*greater than or equal to 0"):
         small_scenario("data.min_test_samples=-2")
+
+
+def test_summary_names_the_worst_10_devices_with_their_test_sizes(tmp_path):
+    """summary.json's worst_10_devices are the devices test.worst_10 averages, with their sample counts."""
+    import json
+
+    import numpy as np
+
+    from conftest import small_scenario
+    from term_fl.data import dataset_for
+    from term_fl.results import ResultsStore
+    from term_fl.runs import run_one
+
+    scenario = small_scenario("run.engine=inprocess", "run.rounds=2", "data.min_test_samples=5")
+    store = ResultsStore(tmp_path / "r.db")
+    run_one(scenario, store, out_dir=tmp_path / "run")
+    store.close()
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    worst = summary["worst_10_devices"]["test"]
+    assert len(worst) == max(1, summary["test"]["K"] // 10)
+    assert np.mean([d["accuracy"] for d in worst]) == pytest.approx(summary["test"]["worst_10"])
+    sizes = dataset_for(scenario).metadata["sizes"]["test"]
+    assert [d["examples"] for d in worst] == [sizes[d["partition_id"]] for d in worst]
+    assert all(d["examples"] >= 5 for d in worst)
+    assert [d["partition_id"] for d in summary["worst_10_devices"]["validation"]]
