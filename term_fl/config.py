@@ -84,10 +84,12 @@ class RunConfig(_Table):
     engine: Literal["flower", "inprocess"] = Field(
         "flower", description="flower: Flower's Simulation Engine (Ray); inprocess: same code, one process"
     )
-    executor: Literal["sequential", "cohort"] = Field(
-        "sequential",
-        description="in-process engine only: sequential trains clients one by one (the reference); "
-        "cohort trains a round's clients as one batched computation (equal to float32 rounding)",
+    executor: Literal["auto", "sequential", "cohort", "compiled"] = Field(
+        "auto",
+        description="how the in-process engine trains a round's clients: sequential one by one (the reference); "
+        "cohort as one batched torch computation; compiled as cohort, the linear models' SGD in one compiled "
+        "kernel (numba); both equal to the reference to float32 rounding; auto: compiled for linear_svm and "
+        "logreg on the in-process engine, else sequential (executor_of)",
     )
     evaluate_fraction: float = Field(
         1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"
@@ -292,6 +294,24 @@ class Scenario(_Table):
     @classmethod
     def from_json(cls, text: str) -> Scenario:
         return cls.model_validate_json(text)
+
+
+COMPILED_MODELS = ("linear_svm", "logreg")
+"""The models ``run.executor = "auto"`` trains with the compiled executor on the in-process engine."""
+
+
+def executor_of(scenario: Scenario) -> str:
+    """The executor a run of ``scenario`` uses: ``run.executor``, where ``"auto"`` is resolved.
+
+    ``"auto"`` is ``"compiled"`` on the in-process engine for the models of
+    :data:`COMPILED_MODELS`, and ``"sequential"`` otherwise (Flower's engine
+    runs every client as its own ClientApp).
+    """
+    executor = scenario.run.executor
+    if executor != "auto":
+        return executor
+    compiled = scenario.run.engine == "inprocess" and scenario.model.name in COMPILED_MODELS
+    return "compiled" if compiled else "sequential"
 
 
 # --------------------------------------------------------------------------
@@ -606,8 +626,9 @@ def config_hash(scenario: Scenario) -> str:
 
     Left out: seeds, names and the description, the sweep and selection
     tables, the engine (both give the same numbers), the sequential executor
-    (the reference; the cohort executor is in: it agrees with it to float32
-    rounding per step, not bit for bit), timeouts and
+    (the reference; the cohort and compiled executors are in, ``"auto"`` as
+    :func:`executor_of` resolves it: they agree with it to float32 rounding
+    per step, not bit for bit), timeouts and
     ``run.max_failed_rounds``, the per-client resources, the parameters the
     strategy does not use, and ``data.path``: a synthetic scenario does not
     read it (so ``TERM_FL_VEHICLE_DATA`` set in one shell and not in another
@@ -615,6 +636,7 @@ def config_hash(scenario: Scenario) -> str:
     sha256), so the same file under another path is the same cell.
     """
     raw = scenario.model_dump()
+    raw["run"]["executor"] = executor_of(scenario)
     raw["strategy"] = {"name": scenario.strategy.name, **scenario.strategy_params()}
     for table, keys in _NOT_HASHED.items():
         for key in keys:

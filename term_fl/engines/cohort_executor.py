@@ -37,7 +37,7 @@ from term_fl.data import FederatedDataset
 from term_fl.common.keys import ARRAYS, CONFIG, EVAL_SPLITS, NUM_PARTITIONS, PARTITION_ID, SCENARIO, SERVER_ROUND
 from term_fl.learning.models import TermModel
 from term_fl.common.seeding import derive_seed
-from term_fl.learning.training import as_tensors
+from term_fl.learning.training import TrainResult, as_tensors
 
 log = logging.getLogger("term_fl")
 
@@ -145,14 +145,20 @@ class CohortExecutor:
             return None
 
     # -- the two kinds of batch ------------------------------------------------------
-    @staticmethod
     def _train(
-        setting: Setting, model: TermModel, tensors: FederationTensors, messages: Sequence[Message],
+        self, setting: Setting, model: TermModel, tensors: FederationTensors, messages: Sequence[Message],
         pids: list[int], server_round: int,
     ) -> list[Message]:
+        results = self._train_results(setting, model, tensors, pids, server_round)
+        return [train_reply(msg, pid, result) for msg, pid, result in zip(messages, pids, results, strict=True)]
+
+    def _train_results(
+        self, setting: Setting, model: TermModel, tensors: FederationTensors, pids: list[int], server_round: int
+    ) -> list[TrainResult]:
+        """Each addressed device's training, as the ClientApp's ``train_tensors`` would report it."""
         scenario = setting.scenario
         c = scenario.client
-        results = train_cohort(
+        return train_cohort(
             model,
             tensors.x_train,
             tensors.y_train,
@@ -165,7 +171,6 @@ class CohortExecutor:
             tau=c.tau,
             seeds=[derive_seed(scenario.run.seed, server_round, pid) for pid in pids],
         )
-        return [train_reply(msg, pid, result) for msg, pid, result in zip(messages, pids, results, strict=True)]
 
     @staticmethod
     def _evaluate(
