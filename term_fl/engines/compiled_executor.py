@@ -18,9 +18,8 @@ import logging
 from term_fl.clientapp.app import Setting
 from term_fl.common.seeding import derive_seed
 from term_fl.engines.cohort_executor import CohortExecutor, FederationTensors
-from term_fl.learning.compiled_training import compiler_available, supports, train_compiled
+from term_fl.learning.compiled_training import CohortTraining, compiler_available, supports, train_compiled
 from term_fl.learning.models import TermModel
-from term_fl.learning.training import TrainResult
 
 log = logging.getLogger("term_fl")
 
@@ -30,14 +29,14 @@ __all__ = ["CompiledExecutor"]
 class CompiledExecutor(CohortExecutor):
     """A :class:`CohortExecutor` whose linear models train in one compiled kernel per round."""
 
-    def _train_results(
+    def _training(
         self, setting: Setting, model: TermModel, tensors: FederationTensors, pids: list[int], server_round: int
-    ) -> list[TrainResult]:
+    ) -> CohortTraining:
         reason = _why_not_compiled(model, setting)
         if reason is not None:
             self._say_once(f"compiled executor: {reason}; training with the cohort executor's torch path "
                            "(the same replies to float32 rounding)")
-            return super()._train_results(setting, model, tensors, pids, server_round)
+            return super()._training(setting, model, tensors, pids, server_round)
         scenario = setting.scenario
         c = scenario.client
         return train_compiled(
@@ -52,7 +51,7 @@ class CompiledExecutor(CohortExecutor):
             weight_decay=c.weight_decay,
             tau=c.tau,
             seeds=[derive_seed(scenario.run.seed, server_round, pid) for pid in pids],
-        ).results()
+        )
 
     def _say_once(self, line: str) -> None:
         if line not in self._declined:

@@ -84,6 +84,17 @@ class CohortTraining:
     num_examples: np.ndarray
     steps: np.ndarray
 
+    @classmethod
+    def stack(cls, results: Sequence[TrainResult]) -> CohortTraining:
+        """The stacked form of per-device results (their weights stacked by name, in their order)."""
+        return cls(
+            weights={name: np.stack([r.weights[name] for r in results]) for name in results[0].weights},
+            before=[r.before for r in results],
+            loss_after=np.array([r.loss_after for r in results], dtype=np.float64),
+            num_examples=np.array([r.num_examples for r in results], dtype=np.int64),
+            steps=np.array([r.steps for r in results], dtype=np.int64),
+        )
+
     def results(self) -> list[TrainResult]:
         """One :class:`TrainResult` per device (its weights are views into the stacked arrays)."""
         return [
