@@ -23,7 +23,7 @@ from rich.console import Console
 from .common import BenchResult, Options, Row, quiet_environment
 
 BENCHMARKS = ("inprocess_vs_reference", "vehicle_table", "term_vs_flower_fedavg", "scale", "discovery", "store",
-              "dashboard", "cohort")
+              "dashboard", "cohort", "arith")
 NEEDS_RAY = ("vehicle_table", "term_vs_flower_fedavg", "scale", "discovery")  # Flower's Simulation Engine
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 
