@@ -141,7 +141,7 @@ def test_sweep_runs_each_distinct_cell_and_writes_the_comparison(tmp_path, capsy
     out, db = tmp_path / "sweep", tmp_path / "r.db"
     assert main(["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]) == 0
     printed = capsys.readouterr().out
-    assert "6 cells on engine inprocess (executor sequential)" in printed  # fedavg x 2 seeds + term x 2 t x 2 seeds
+    assert "6 cells on engine inprocess (executor compiled)" in printed  # auto, logreg; fedavg x 2 seeds + term x 2 t x 2 seeds
     # off a terminal (pytest captures stdout) each cell's progress is two lines: after its first and last round
     progress = re.findall(r"^\[cell (\d)/6\] .* round (\d)/2 ", printed, flags=re.M)
     assert progress == [(str(i), str(k)) for i in range(1, 7) for k in (1, 2)]

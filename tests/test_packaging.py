@@ -48,7 +48,8 @@ def test_the_plain_install_needs_only_flower_and_numpy():
     assert names == ["flwr", "numpy"]
     extras = PYPROJECT["project"]["optional-dependencies"]
     assert {"sim", "dashboard", "all", "test"} <= set(extras)
-    assert [str(Requirement(r)) for r in extras["all"]] == ["term-fl[dashboard,sim]"]
+    assert [str(Requirement(r)) for r in extras["all"]] == ["term-fl[dashboard,fast,sim]"]
+    assert [Requirement(r).name for r in extras["fast"]] == ["numba"]  # optional: the compiled executor falls back
 
 
 def test_each_module_term_fl_asks_an_extra_for_is_in_that_extra():

@@ -32,9 +32,10 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
     p.add_argument("--rounds", type=int, help="shortcut for --set run.rounds=N")
     p.add_argument("--seed", type=int, help="shortcut for --set run.seed=S")
     p.add_argument("--engine", choices=["flower", "inprocess"], help="shortcut for --set run.engine=E")
-    p.add_argument("--executor", choices=["sequential", "cohort"],
+    p.add_argument("--executor", choices=["auto", "sequential", "cohort", "compiled"],
                    help="shortcut for --set run.executor=X (cohort: a round's clients as one batched "
-                        "computation; in-process engine only)")
+                        "computation; compiled: the same, the linear models' SGD in one compiled kernel; "
+                        "in-process engine only; auto, the default: compiled for the linear models in-process)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
     p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")

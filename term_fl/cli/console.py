@@ -22,7 +22,7 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Ta
 from rich.table import Column, Table
 from rich.text import Text
 
-from term_fl.config import Scenario
+from term_fl.config import Scenario, executor_of
 from term_fl.maths.fairness import STATISTICS
 
 if TYPE_CHECKING:  # the server loop imports Flower and torch: `term-fl runs` needs neither
@@ -99,7 +99,9 @@ def clients_words(scenario: Scenario) -> str:
         device = resolve_device(scenario.client.device)
     except (RuntimeError, ValueError) as exc:
         return f"clients: {exc}"
-    together = ", a round's clients together (cohort executor)" if scenario.run.executor == "cohort" else ""
+    together = {"cohort": ", a round's clients together (cohort executor)",
+                "compiled": ", a round's clients together in one compiled kernel (compiled executor)",
+                }.get(executor_of(scenario), "")
     if device.type == "cpu":
         return f"clients train on the CPU{together}"
     share = scenario.resources.num_gpus

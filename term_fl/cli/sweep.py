@@ -30,7 +30,7 @@ from rich.table import Table
 
 from term_fl.comparison.summaries import CLEAN, TAIL, group_cells, select_by_validation, significant
 from term_fl.comparison.cells import format_value, short_names
-from term_fl.config import Scenario, baseline_hash, config_hash, sweep_cells, with_overrides
+from term_fl.config import Scenario, baseline_hash, config_hash, executor_of, sweep_cells, with_overrides
 from term_fl.comparison.convergence import FLAT, tail_means
 from term_fl.cli.console import RoundProgress, make_console
 from term_fl.engines import engine_session
@@ -143,7 +143,7 @@ def run_sweep(
     cells = sweep_cells(scenario)
     console.print(
         f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} "
-        f"(executor {scenario.run.executor}) -> {out_dir}"
+        f"(executor {executor_of(scenario)}) -> {out_dir}"
     )
     summaries: list[tuple[dict[str, Any], Scenario]] = []
     failed = 0

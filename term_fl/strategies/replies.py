@@ -9,25 +9,27 @@ NaN model); the valid replies are sorted by partition-id before any sum
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any, NamedTuple
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.exception import AggregationError
 from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.flower_internals import from_array, records_of
-from term_fl.common.keys import PARTITION_ID
+from term_fl.common.keys import METRICS, PARTITION_ID
 
 from .reports import ExcludedReply
 from .stacked import StackedModels
 
 __all__ = [
     "TrainReplies",
+    "aggregated_metrics",
     "arrays_of",
     "filter_replies",
     "filter_train_replies",
@@ -57,16 +59,54 @@ def arrays_of(msg: Message) -> ArrayRecord:
     return records_of(msg.content, ArrayRecord)[0]
 
 
-def metric_values(replies: Sequence[Message], key: str, missing: float | None = None) -> NDArray[np.float64]:
-    """The metric ``key`` of each (validated) reply as a float64 array.
+def metric_values(
+    replies: Sequence[Message | Mapping[str, Any]], key: str, missing: float | None = None
+) -> NDArray[np.float64]:
+    """The metric ``key`` of each (validated) reply, or of each reply's metrics as a dict, as a float64 array.
 
     With ``missing`` set, a reply without a number under ``key`` gives that
     value instead (FedAvg records the losses that are sent: NaN for the others).
     """
+    records = [metrics_of(item) if isinstance(item, Message) else item for item in replies]
     if missing is None:
-        return np.array([float(metrics_of(msg)[key]) for msg in replies], dtype=np.float64)
-    values = (metrics_of(msg).get(key) for msg in replies)
+        return np.array([float(metrics[key]) for metrics in records], dtype=np.float64)
+    values = (metrics.get(key) for metrics in records)
     return np.array([float(v) if _is_number(v) else missing for v in values], dtype=np.float64)
+
+
+@functools.cache
+def _flower_average() -> Callable[[list[RecordDict], str], MetricRecord]:
+    """Flower's default metrics aggregation: what its FedAvg uses when given none."""
+    from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
+
+    return FlowerFedAvg().train_metrics_aggr_fn
+
+
+def aggregated_metrics(
+    fn: Callable[[list[RecordDict], str], MetricRecord], metrics: Sequence[Mapping[str, Any]], weighting_key: str
+) -> MetricRecord:
+    """A strategy's ``train_metrics_aggr_fn`` / ``evaluate_metrics_aggr_fn`` over the valid replies' metrics.
+
+    Flower's default (``aggregate_metricrecords``: the average weighted by
+    ``weighting_key``, which it leaves out) is computed on the plain dicts,
+    with its arithmetic in its order; any other function gets one RecordDict
+    per reply holding its MetricRecord.
+    """
+    if fn is not _flower_average():
+        return fn([RecordDict({METRICS: MetricRecord(dict(m))}) for m in metrics], weighting_key)
+    weights = [m[weighting_key] for m in metrics]
+    total = sum(weights)
+    averaged: dict[str, Any] = {}
+    for record, weight in zip(metrics, [w / total for w in weights], strict=True):
+        for key, value in record.items():
+            if key == weighting_key:
+                continue
+            if isinstance(value, list):
+                averaged[key] = ([v * weight for v in value] if key not in averaged
+                                 else [c + v * weight for c, v in zip(averaged[key], value, strict=True)])
+            else:
+                averaged[key] = value * weight if key not in averaged else averaged[key] + value * weight
+    return MetricRecord(averaged)
 
 
 def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
@@ -90,9 +130,9 @@ def missing_loss_error(strategy: str, key: str, server_round: int, replies: int)
     )
 
 
-def partition_id_of(msg: Message, partition_key: str = PARTITION_ID) -> int | None:
-    """The partition id a reply reports, or None when it carries no usable one."""
-    metrics = metrics_of(msg)
+def partition_id_of(msg: Message | Mapping[str, Any], partition_key: str = PARTITION_ID) -> int | None:
+    """The partition id a reply (or its metrics as a dict) reports, or None when it carries no usable one."""
+    metrics = metrics_of(msg) if isinstance(msg, Message) else msg
     value = None if metrics is None else metrics.get(partition_key)
     if _is_number(value) and math.isfinite(value) and float(value).is_integer():
         return int(value)
@@ -167,9 +207,14 @@ def _decoded_arrays(msg: Message, reference: ArrayRecord | None) -> tuple[str | 
 
 
 class TrainReplies(NamedTuple):
-    """The valid training replies of a round (sorted), their models decoded once and stacked, the excluded ones."""
+    """The valid training replies of a round (sorted): their nodes, metrics and models (decoded once, stacked).
 
-    valid: list[Message]
+    The same for replies that came as Messages (:func:`filter_train_replies`)
+    and as one stacked record (:func:`term_fl.strategies.cohort_replies.filter_cohort`).
+    """
+
+    node_ids: list[int]
+    metrics: list[dict[str, Any]]  # each valid reply's MetricRecord as a plain dict
     models: StackedModels | None  # None when no reply is valid
     excluded: list[ExcludedReply]
 
@@ -191,7 +236,8 @@ def filter_train_replies(
     """
     valid, models, excluded = _filter(replies, require_arrays=True, required_metrics=required_metrics,
                                       reference_arrays=reference_arrays, **options)
-    return TrainReplies(valid, StackedModels.stack(models) if models else None, excluded)
+    return TrainReplies([msg.metadata.src_node_id for msg in valid], [dict(metrics_of(msg).items()) for msg in valid],
+                        StackedModels.stack(models) if models else None, excluded)
 
 
 def filter_replies(
