@@ -22,7 +22,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-/tmp/term-fl-flwr-next}"
 LOG="$VENV.log"
-NEXT="${TERM_FL_FLWR_NEXT:-flwr-nightly[simulation]}"   # what `pip install --pre` resolves
+# A pre-release in the specifier lets pip take pre-releases of flwr-nightly alone: `--pre` would also
+# take those of its dependencies (grpcio-health-checking 1.82.0rc2 needs protobuf 7, which Flower caps
+# below 7, and the SuperLink then fails to start).
+NEXT="${TERM_FL_FLWR_NEXT:-flwr-nightly[simulation]>=0.0.0.dev0}"
 export RAY_USAGE_STATS_ENABLED=0 FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 : >"$LOG"
 
@@ -51,7 +54,7 @@ install() {
   rm -rf "$VENV" && python3 -m venv "$VENV" \
     && "$VENV/bin/pip" install --quiet --upgrade pip \
     && "$VENV/bin/pip" install --quiet torch==2.13.0 \
-    && "$VENV/bin/pip" install --quiet --pre --upgrade "$NEXT" \
+    && "$VENV/bin/pip" install --quiet --upgrade "$NEXT" \
     && other_requirements >"$VENV/requirements.txt" \
     && "$VENV/bin/pip" install --quiet -r "$VENV/requirements.txt" \
     && "$VENV/bin/pip" install --quiet --no-deps -e .
