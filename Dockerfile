@@ -9,7 +9,7 @@
 #   submit      flwr run /app ... (builds the FAB from /app, the project source).
 #   dashboard   term-fl dashboard.
 #
-# All of these binaries come from `pip install .` (flwr==1.42.0 is pinned in
+# All of these binaries come from `pip install .` (flwr from the range in
 # pyproject.toml) into the virtual environment /opt/venv, so the image is
 # plain python:3.11-slim rather than flwr/superlink, flwr/supernode or
 # flwr/superexec: those carry neither torch nor term-fl and would need the

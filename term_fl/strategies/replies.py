@@ -22,7 +22,7 @@ from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.flower_internals import from_array, records_of
-from term_fl.common.keys import METRICS, PARTITION_ID
+from term_fl.common.keys import METRICS, PARTITION_ID, TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
 
 from .reports import ExcludedReply
 from .stacked import StackedModels
@@ -117,16 +117,22 @@ def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
 
 def missing_loss_error(strategy: str, key: str, server_round: int, replies: int) -> AggregationError:
     """The error of a round in which no training reply carries the loss the strategy weights by."""
+    summed = ", with_sum=True" if key == TRAIN_LOSS_BEFORE_SUM else ""
+    send = (f'metrics["{key}"] = loss_before' if key not in (TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM)
+            else "metrics.update(train_metrics(loss_before))")
     return AggregationError(
         f"{strategy} weights each client by F_k, the loss of the received global model on the client's "
         f"training data, measured before local training, which it reads from the metric '{key}'; none of "
         f"the {replies} training replies of round {server_round} carries it. Add two lines to the "
-        "ClientApp's train function (from term_fl.plugin.losses import pre_training_loss):\n"
-        "    loss_before = pre_training_loss(model, trainloader, loss_fn)  "
+        "ClientApp's train function (from term_fl.plugin import pre_training_loss, train_metrics):\n"
+        f"    loss_before = pre_training_loss(model, trainloader, loss_fn{summed})  "
         "# after loading the received weights, before training\n"
-        f'    metrics["{key}"] = loss_before  # in the reply\'s MetricRecord\n'
-        f"or pass train_loss_key=KEY if the clients send this loss under another key. (Flower's examples "
-        "send 'train_loss' as the mean loss during local training: another quantity.)"
+        f"    {send}  # in the reply's MetricRecord\n"
+        "With Flower Datasets' dict batches, name the input and label columns: "
+        f'pre_training_loss(model, trainloader, loss_fn, keys=("img", "label"){summed}). '
+        "NumPy, JAX and scikit-learn models have the same helper in term_fl.plugin.numpy_loss, .jax_loss and "
+        ".sklearn_loss. Or pass train_loss_key=KEY if the clients send this loss under another key. "
+        "(Flower's examples send 'train_loss' as the mean loss during local training: another quantity.)"
     )
 
 
