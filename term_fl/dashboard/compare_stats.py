@@ -63,6 +63,7 @@ def add_comparison(store: ResultsStore, cells: list[dict[str, Any]], rows: Mappi
     compared = compare_cells(values, EVAL_SPLITS)
     by_key = {c["key"]: c for c in cells}
     direction = next(s["direction"] for s in statistics() if s["key"] == LIFT)
+    first = BASELINES[0]
     for cell in cells:
         result = compared[cell["key"]]
         rounds = cell.pop("_rounds")
@@ -72,7 +73,6 @@ def add_comparison(store: ResultsStore, cells: list[dict[str, Any]], rows: Mappi
             baseline: {split: _ahead(store, cell, by_key[key], split, lift_curves, direction) for split in EVAL_SPLITS}
             for baseline, key in cell["baselines"].items()
         }  # fmt: skip
-        first = BASELINES[0]
         cell["reference"] = cell["key"] if cell["strategy"] == first and not cell["baselines"] else (
             cell["baselines"].get(first))  # fmt: skip
         cell["vs_reference"] = cell["differences"].get(first)
