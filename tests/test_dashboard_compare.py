@@ -136,7 +136,6 @@ def test_paired_differences_against_fedavg_over_common_seeds(client, sweep):
     assert data["difference_columns"] == ["mean", "pooled_mean", "worst_10", "std"]
     term1 = next(c for c in data["cells"] if c["label"] == "term t=1")
     assert term1["baselines"] == {"fedavg": fedavg["key"]} and fedavg["baselines"] == {}
-    p_values = {split: [] for split in ("test", "val")}
     for split in ("test", "val"):
         for stat in ("mean", "pooled_mean", "worst_10", "std"):
             cell = [final(sweep[1], f"term-1-s{s}", split)[stat] for s in SEEDS]
