@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 NOT_FOR_STRATEGIES = ("ray", "torch", "fastapi", "plotly")
 # The distribution that provides each module term_fl.common.extras names.
-DISTRIBUTION_OF = {"torch": "torch", "ray": "ray", "plotly": "plotly", "jinja2": "jinja2"}
+DISTRIBUTION_OF = {"torch": "torch", "ray": "ray", "plotly": "plotly", "jinja2": "jinja2", "scipy": "scipy"}
 
 
 def clean_env() -> dict[str, str]:

@@ -229,10 +229,10 @@ def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from term_fl.dashboard.queries import COMPARE_STATS, statistics
+    from term_fl.dashboard.queries import statistics
     from term_fl.strategies.registry import cell_label
 
-    stats = sorted((s for s in statistics() if s["key"] in COMPARE_STATS), key=lambda s: COMPARE_STATS.index(s["key"]))
+    stats = [s for s in statistics() if s["headline"]]
     shown = f"the newest {len(runs)} of {total} runs (--limit 0: all)" if len(runs) < total else f"{total} runs"
     table = Table(title=f"{shown} in {db} (test split, last evaluated round)", title_justify="left")
     table.add_column("run id", no_wrap=True, min_width=max((len(r["run_id"]) for r in runs), default=6))
@@ -281,9 +281,9 @@ COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": c
 # What a command needs beyond `pip install term-fl` (the Flower engine checks for Ray itself).
 EXTRAS_NEEDED = {
     "run": ("sim", ("torch",)),
-    "sweep": ("sim", ("torch",)),
-    "dashboard": ("dashboard", ("plotly", "jinja2")),
-    "report": ("dashboard", ("plotly", "jinja2")),
+    "sweep": ("sim", ("torch", "scipy")),
+    "dashboard": ("dashboard", ("plotly", "jinja2", "scipy")),
+    "report": ("dashboard", ("plotly", "jinja2", "scipy")),
 }
 
 

@@ -199,8 +199,10 @@ def _api_router() -> APIRouter:
     def compare(store: Store, which: Compared) -> Response:
         """Runs grouped into cells by `config_hash` (same settings, other seeds; a repeated seed
         counts once). Per cell and split: mean, standard error (sample std / sqrt(n); null for one
-        seed) and n of every final statistic, paired differences against the FedAvg cell of the same
-        settings and the round from which worst 10% stays ahead of it (`ahead_from`), the ECDF of the
+        seed) and n of every final statistic; against each baseline cell of the same settings
+        (`baselines`: FedAvg ...) the paired differences with the paired t-test's `p_value`, Holm's
+        `p_holm`, `ci95`, the sign-flip `p_signflip` and `significant` (`differences`; `significance`
+        says the rule), and the round from which worst 10% stays ahead (`ahead`); the ECDF of the
         final device accuracies, and the cell chosen on validation; `notices` say what differs and
         what was left out. Its size does not grow with the runs' rounds: the per-round curves are
         `/api/compare/curves`."""
