@@ -183,7 +183,8 @@ def test_sweep_pairs_each_cell_with_fedavg_and_selects_on_the_tail_of_the_valida
     assert set(worst) >= {"mean", "se", "n", "p_value", "p_holm", "ci95", "p_signflip", "significant"}
     assert worst["significant"] is False and worst["n"] == 2
     assert comparison["significance"]["rule"].startswith("* significant: p_holm < 0.05")
-    assert comparison["baselines"] == [{"strategy": "fedavg", "label": "FedAvg"}]
+    assert comparison["baselines"] == [{"strategy": "fedavg", "label": "FedAvg"},
+                                       {"strategy": "fedavg_uniform", "label": "FedAvg (uniform)"}]
     flat = {r["cell"]: r for r in csv.DictReader((out / "comparison.csv").open())}["term t=5"]
     for field in ("mean", "p_value", "p_holm", "p_signflip"):
         got = flat[f"test.worst_10.minus_fedavg.{field}"]

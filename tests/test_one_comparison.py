@@ -34,7 +34,7 @@ def quick_start(tmp_path_factory):
         out = root / f"seed{seed}"
         assert main(["run", "--engine", "inprocess", "--rounds", "3", "--seed", str(seed), "--db", str(db),
                      "--out", str(out)]) == 0  # fmt: skip
-        dirs += [out, out.with_name(f"{out.name}-reference")]
+        dirs += [out, out.with_name(f"{out.name}-reference-fedavg")]
     return db, dirs
 
 

@@ -304,7 +304,8 @@ def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, A
 def paired_table(title: str, rows: list[dict[str, Any]]) -> Table:
     """Per cell and baseline, the paired difference (cell - baseline, same seed and settings) of the primary
     test statistics: mean ± standard error, marked where significant (:data:`SIGNIFICANCE`)."""
-    labels = ", ".join(STRATEGIES[b].label for b in BASELINES)
+    present = {b for row in rows for b in (row.get("baselines") or {})}
+    labels = ", ".join(STRATEGIES[b].label for b in BASELINES if b in present) or "none in this sweep"
     table = Table(title=f"{title}: paired difference, cell minus baseline ({labels}) over the same seeds, "
                         "mean ± standard error")
     table.add_column("cell")
