@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # End-to-end check of the Docker Compose deployments: build, run, verify, remove.
 #
-#   deploy/e2e.sh [fairness|site|vehicle-sensor|all]        (default: all)
+#   deploy/e2e.sh [fairness|site|vehicle-sensor|all ...]        (default: all)
 #
 # On a machine with Docker, or with apt and root (Debian/Ubuntu):
 #  1. docker     use the running Docker daemon; else install docker.io (apt) if
@@ -57,13 +57,16 @@
 set -Eeuo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-WHAT="${1:-all}"
-case "$WHAT" in
-  all) PROFILES=(fairness site vehicle-sensor) ;;
-  fairness|site|vehicle-sensor) PROFILES=("$WHAT") ;;
-  -h|--help) sed -n '2,/^set -E/{/^set -E/!p}' "$0"; exit 0 ;;
-  *) echo "e2e.sh: unknown profile '$WHAT' (fairness, site, vehicle-sensor or all)" >&2; exit 2 ;;
-esac
+WHAT="${*:-all}"
+PROFILES=()
+for arg in $WHAT; do
+  case "$arg" in
+    all) PROFILES+=(fairness site vehicle-sensor) ;;
+    fairness|site|vehicle-sensor) PROFILES+=("$arg") ;;
+    -h|--help) sed -n '2,/^set -E/{/^set -E/!p}' "$0"; exit 0 ;;
+    *) echo "e2e.sh: unknown profile '$arg' (fairness, site, vehicle-sensor or all)" >&2; exit 2 ;;
+  esac
+done
 
 ROUNDS="${TERM_FL_E2E_ROUNDS:-2}"
 FAIRNESS_NODES="${TERM_FL_E2E_FAIRNESS_NODES:-4}"
@@ -133,6 +136,7 @@ cleanup() {
   local p
   local i
   for (( i = ${#PROJECTS[@]} - 1; i >= 0; i-- )); do   # the site before the server
+    save_logs "${PROJECTS[$i]}" "left-$i"
     log "removing compose project: ${PROJECTS[$i]}"
     eval "${PROJECTS[$i]} down -v --remove-orphans --timeout 10" >"$WORK/down.log" 2>&1 \
       || { log "down failed:"; tail -5 "$WORK/down.log" >&2; }
@@ -428,7 +432,7 @@ run_site() {
   local services=$(( $(eval "$server config --services" | wc -l) + nodes ))
   step "site: up server (SuperLink, keys registered, dashboard, submitter)" compose_up "$server" server "$services"
   step "site: up site ($nodes SuperNodes joining $SITE_GW:$link_port)" compose_up "$site" site "$services"
-  step "site: run ($ROUNDS rounds, $nodes SuperNodes from the site)" wait_for_submit "$server" site submit-server
+  step "site: run ($ROUNDS rounds, $nodes SuperNodes from the site)" wait_for_submit "$server" server submit-server
   step "site: checks" check_profile "$server" "$site" site "$nodes" "$SITE_GW" "$link_port" "$dash_port" ""
   step "site: isolation and an unregistered SuperNode" check_site "$server" "$site" "$link_port"
   step "site: down -v" compose_down "$site" site
@@ -438,8 +442,10 @@ run_site() {
 
 compose_up() {  # compose_up DC NAME SERVICES
   docker_cpu_weight "$3"
-  eval "$1 up -d --no-build --pull never" >"$WORK/up-$2.log" 2>&1 \
-    || { tail -20 "$WORK/up-$2.log" >&2; show_logs "$1" "$2"; die "$2: compose up"; }
+  # Compose 2.40 can exit 0 after "dependency failed to start": its output says so
+  if ! eval "$1 up -d --no-build --pull never" >"$WORK/up-$2.log" 2>&1 || grep -q "dependency failed" "$WORK/up-$2.log"; then
+    tail -20 "$WORK/up-$2.log" >&2; show_logs "$1" "$2"; die "$2: compose up"
+  fi
 }
 
 # With the cgroupfs driver every container is a child of one "docker" cgroup,
@@ -543,6 +549,9 @@ wait_for_submit() {  # wait_for_submit DC NAME SERVICE: until the submitter SERV
   local dc="$1" profile="$2" service="$3" cid code
   cid="$(eval "$dc ps -a -q $service")"
   [ -n "$cid" ] || { show_logs "$dc" "$profile"; die "$profile: no submitter container"; }
+  if [ "$(docker inspect -f '{{.State.Status}}' "$cid")" = created ]; then  # `docker wait` would return at once
+    tail -30 "$WORK/up-$profile.log" >&2; show_logs "$dc" "$profile"; die "$profile: compose up never started $service"
+  fi
   # in the background, so that Ctrl-C / SIGTERM reach the cleanup at once
   timeout "$RUN_TIMEOUT" docker wait "$cid" >"$WORK/wait-$profile.out" &
   WAIT_PID=$!

@@ -183,6 +183,7 @@ class LocalTopology:
                            *gen.supernode_args(partition, self.nodes)], key or self.keys / name)
         cmd = [str(BIN / cmd[0]), *cmd[1:], "--host", "127.0.0.1", "--port", str(free_port())]
         env = self.env(name, **{k: interpolate(v, self.extra) for k, v in gen.SUPERNODE_ENV.items()})
+        env["TERM_FL_READY_FILE"] = str(self.work / f"{name}.ready")  # one per SuperNode of this host
         proc = self.start(None, name, cmd, env)
         self.supernodes[partition] = proc
         return proc

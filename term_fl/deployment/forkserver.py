@@ -152,9 +152,12 @@ class ForkServer:
             conn.close()
             return
         conn.settimeout(None)
-        conn.sendall(HEADER.pack(pid))
         self.children[pid] = conn
         self.selector.register(conn, selectors.EVENT_READ)
+        try:
+            conn.sendall(HEADER.pack(pid))
+        except OSError:  # the shim is gone already: its child is ended like any orphan of a shim
+            self._shim_gone(conn)
 
     def _run_child(self, request: Request, fds: list[int], conn: socket.socket) -> None:
         """In the child: the request's streams, environment and arguments, then the entry point; never returns."""
@@ -170,8 +173,9 @@ class ForkServer:
             os.close(self._wake_r)
             os.close(self._wake_w)
             for target, fd in zip((0, 1, 2), fds):
-                os.dup2(fd, target)
-                os.close(fd)
+                if fd != target:
+                    os.dup2(fd, target)
+                    os.close(fd)
             os.chdir(request.cwd)
             os.environ.clear()
             os.environ.update(request.env)
@@ -192,15 +196,17 @@ class ForkServer:
 
     def _shim_gone(self, conn: socket.socket) -> None:
         """A shim closed before its child ended (it was killed): end the child too."""
-        if conn.recv(1):
-            return
+        try:
+            if conn.recv(1):
+                return
+        except OSError:
+            pass
         for pid, c in self.children.items():
             if c is conn:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        self.selector.unregister(conn)
+        with contextlib.suppress(KeyError, ValueError):  # no longer watched; closed once its child is reaped
+            self.selector.unregister(conn)
 
     def _reap(self, reap: Callable[[int, int], None]) -> None:
         """Collect every ended child: report a forked one's status to its shim, others to ``reap``."""
@@ -222,19 +228,15 @@ class ForkServer:
             self._close(conn)
 
     def _close(self, conn: socket.socket) -> None:
-        try:
+        with contextlib.suppress(KeyError, ValueError):
             self.selector.unregister(conn)
-        except (KeyError, ValueError):
-            pass
         conn.close()
 
     def close(self, grace_s: float = 5.0) -> None:
         """End the children still running (SIGTERM, then SIGKILL after ``grace_s``), tell their shims, stop listening."""
         for pid in list(self.children):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         for pid, status in _wait_children(list(self.children), grace_s).items():
             conn = self.children.pop(pid)
             try:

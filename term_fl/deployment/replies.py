@@ -15,11 +15,14 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from flwr.app import Message, RecordDict
-from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=E0611
 from flwr.serverapp import Grid
-from flwr.supercore.run import Run
+
+if TYPE_CHECKING:  # the types in Grid's own signatures
+    from flwr.proto.node_pb2 import NodeInfo  # pylint: disable=E0611
+    from flwr.supercore.run import Run
 
 POLL_ENV = "TERM_FL_REPLY_POLL_S"
 DEFAULT_POLL_S = 0.2

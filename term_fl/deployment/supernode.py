@@ -52,8 +52,7 @@ PRELOAD = (
     "numpy.random",
     "term_fl.clientapp.app",
     "term_fl.clientapp.cache",
-    "flwr.supernode.cli.flwr_clientapp",
-    "flwr.supernode.runtime.run_clientapp",
+    "flwr.supernode.cli",
     "httpx",
 )
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -86,8 +85,8 @@ def write_shim(folder: Path) -> Path:
 
 
 def run_flwr_clientapp() -> None:
-    """Flower's ``flwr-clientapp`` console entry point (in a forked child, with the message's argv)."""
-    from flwr.supernode.cli.flwr_clientapp import flwr_clientapp
+    """What the ``flwr-clientapp`` command runs (its entry point in Flower's package metadata), in a forked child."""
+    from flwr.supernode.cli import flwr_clientapp
 
     flwr_clientapp()
 
