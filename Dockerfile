@@ -94,7 +94,7 @@ COPY term_fl /app/term_fl
 COPY client /app/client
 COPY server /app/server
 COPY configs /app/configs
-COPY deploy/submit.sh deploy/check_data.py /app/deploy/
+COPY deploy/submit.sh deploy/check_data.py deploy/supernode_keys.py /app/deploy/
 RUN pip install --no-cache-dir --no-deps --no-build-isolation /app \
  && rm -rf /app/build /app/*.egg-info \
  && chmod 0755 /app/deploy/submit.sh \

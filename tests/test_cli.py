@@ -298,9 +298,10 @@ def test_dashboard_access_log_is_off_unless_asked_for(flag, expected, tmp_path, 
     import term_fl.dashboard
 
     calls = []
+    monkeypatch.delenv("TERM_FL_DASHBOARD_TOKEN", raising=False)
     monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: calls.append(kw))
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--port", "8123", *flag]) == 0
-    assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected, "allowed_hosts": []}]
+    assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected, "allowed_hosts": [], "token": None}]
 
 
 def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, monkeypatch):
