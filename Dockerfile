@@ -9,7 +9,7 @@
 #   submit      flwr run /app ... (builds the FAB from /app, the project source).
 #   dashboard   term-fl dashboard.
 #
-# All of these binaries come from `pip install .` (flwr==1.42.0 is pinned in
+# All of these binaries come from `pip install .` (flwr from the range in
 # pyproject.toml) into the virtual environment /opt/venv, so the image is
 # plain python:3.11-slim rather than flwr/superlink, flwr/supernode or
 # flwr/superexec: those carry neither torch nor term-fl and would need the
@@ -94,7 +94,7 @@ COPY term_fl /app/term_fl
 COPY client /app/client
 COPY server /app/server
 COPY configs /app/configs
-COPY deploy/submit.sh deploy/check_data.py /app/deploy/
+COPY deploy/submit.sh deploy/check_data.py deploy/supernode_keys.py /app/deploy/
 RUN pip install --no-cache-dir --no-deps --no-build-isolation /app \
  && rm -rf /app/build /app/*.egg-info \
  && chmod 0755 /app/deploy/submit.sh \

@@ -23,7 +23,7 @@ from rich.console import Console
 from .common import BenchResult, Options, Row, quiet_environment
 
 BENCHMARKS = ("inprocess_vs_reference", "vehicle_table", "term_vs_flower_fedavg", "scale", "discovery",
-              "flower_patches", "store", "dashboard", "cohort")
+              "flower_patches", "store", "dashboard", "cohort", "arith")
 NEEDS_RAY = ("vehicle_table", "term_vs_flower_fedavg", "scale", "discovery", "flower_patches")  # Flower's engine
 DEFAULT_OUT = Path(__file__).resolve().parent / "results.json"
 

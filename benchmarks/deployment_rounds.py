@@ -1,120 +1,74 @@
-"""Round time of the fairness profile in Docker Compose vs the same topology as local processes.
+"""Round time of a deployed federation: Flower's fresh process per message against forked ClientApps.
 
-    python -m benchmarks.deployment_rounds [--nodes 4] [--rounds 4] [--skip-compose]
+    python -m benchmarks.deployment_rounds [--nodes 4] [--rounds 4] [--pairs 1] [--where compose,local] [--out FILE]
 
-Runs, one after the other in one invocation:
+Runs the fairness profile (NODES SuperNodes, ROUNDS rounds, 2 trained and
+every device evaluated per round, TLS and SuperNode authentication) in two
+settings, one after the other in one invocation, so that both share the
+machine's load:
 
-1. local: the compose file's fairness topology as processes on loopback, as
-   tests/test_deployment_local.py starts it (TLS SuperLink from
-   docker-compose.yml's flags, NODES SuperNodes with the profile's
-   --node-config, deploy/submit.sh + ``flwr run``), without killing anything;
-   as root on cgroup v1, in a cgroup with the CPU weight e2e.sh gives the
-   docker cgroup (1024 per service), so that both get the same share of a
-   busy host;
-2. compose: ``deploy/e2e.sh fairness`` with the same NODES and ROUNDS
-   (TERM_FL_E2E_FAIRNESS_NODES / TERM_FL_E2E_ROUNDS).
+- ``per-message``, the deployment before term-fl 0.3 (and Flower's own
+  defaults): every ClientApp message a fresh ``flwr-clientapp`` process
+  (``TERM_FL_PREFORK=0``), Flower's SuperExec asking its SuperNode for a
+  message every 1 s (``TERM_FL_SUPEREXEC_POLL_S=1``), the ServerApp asking
+  for replies every 3 s (``TERM_FL_REPLY_POLL_S=0``: Flower's own wait);
+- ``forked``, the compose files' defaults: ClientApp processes forked from
+  ``term-fl-supernode``, which imported torch once; polls every 0.2 s.
 
-Prints each round's duration (the results store's ``rounds.duration_s``),
-the median after round 1, and the compose / local ratio; then where a round's
-time goes in each: the training phase (``configure_train`` to
-``aggregate_train`` in the ServerApp's log, as ``flwr run --stream`` shows it
-in both), the evaluation phase (``configure_evaluate`` to
-``aggregate_evaluate``) and the rest (aggregation, the store, sampling), and
-the time from the ServerApp's start to the first ``configure_train``
-(discovery). Every process the local part starts is stopped at its end
-(SuperNodes before the SuperLink).
+The SuperNodes' own poll of the SuperLink (every 3 s when idle, Flower's)
+is the same in both. ``--where compose`` runs ``deploy/e2e.sh fairness``
+(Docker Compose; as CI does), ``local`` the same topology as local
+processes (deploy/local_topology.py; as root on cgroup v1 in a cgroup with
+the CPU weight e2e.sh gives the docker cgroup). ``--pairs N`` repeats the
+pair, alternating the order (A B B A ...). Prints each round's duration
+(the results store's ``rounds.duration_s``), the median after round 1, and
+where a round goes: the training phase (``configure_train`` to
+``aggregate_train`` in the ServerApp's log), the evaluation phase
+(``configure_evaluate`` to ``aggregate_evaluate``) and the rest.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from collections.abc import Iterator
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-SECRETS = "/run/secrets/"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _argv(service: dict) -> list[str]:
-    return [*(service.get("entrypoint") or []), *(service.get("command") or [])]
-
-
-def _local(args: list[str], certs: Path, replace: dict[str, str]) -> list[str]:
-    out = []
-    for a in args:
-        a = replace.get(a, a)
-        out.append(str(certs / a[len(SECRETS):]) if a.startswith(SECRETS) else a)
-    return out
-
-
-def _set(args: list[str], flag: str, value: str) -> list[str]:
-    if flag in args:
-        args = list(args)
-        args[args.index(flag) + 1] = value
-        return args
-    return [*args, flag, value]
-
-
+SETTINGS = {
+    "per-message": {"TERM_FL_PREFORK": "0", "TERM_FL_SUPEREXEC_POLL_S": "1", "TERM_FL_REPLY_POLL_S": "0"},
+    "forked": {},
+}
 PHASE_MARKS = ("configure_train:", "aggregate_train:", "configure_evaluate:", "aggregate_evaluate:")
 SERVERAPP_START = "Start `flwr-serverapp` process"
 
 
 def phases(lines: list[tuple[float, str]]) -> dict[str, Any]:
-    """Per round, the seconds of training and of evaluation from the ServerApp's timestamped log
-    lines, and the seconds from the ServerApp's start to the first configure_train."""
+    """Per round, the seconds of training and of evaluation from the ServerApp's timestamped log lines, and the
+    seconds from the ServerApp's start to the first configure_train (loading the app, node discovery)."""
     marks: dict[str, list[float]] = {m: [] for m in PHASE_MARKS}
-    start = None
+    start = next((t for t, line in lines if SERVERAPP_START in line), None)
     for t, line in lines:
-        if SERVERAPP_START in line and start is None:
-            start = t
         for m in PHASE_MARKS:
             if m in line and (m != "aggregate_train:" or "valid replies" in line):
                 marks[m].append(t)
     n = min(len(v) for v in marks.values())
-    train = [marks["aggregate_train:"][i] - marks["configure_train:"][i] for i in range(n)]
-    evaluate = [marks["aggregate_evaluate:"][i] - marks["configure_evaluate:"][i] for i in range(n)]
     first = marks["configure_train:"][0] if marks["configure_train:"] else None
-    return {"train_s": train, "evaluate_s": evaluate,
+    return {"train_s": [marks["aggregate_train:"][i] - marks["configure_train:"][i] for i in range(n)],
+            "evaluate_s": [marks["aggregate_evaluate:"][i] - marks["configure_evaluate:"][i] for i in range(n)],
             "start_to_first_round_s": None if start is None or first is None else first - start}
-
-
-def _stamp(stream, out: Path) -> None:
-    """Copy a process's output to a file, each line prefixed with the wall-clock time it arrived."""
-    with out.open("w") as f:
-        for line in iter(stream.readline, ""):
-            f.write(f"{time.time():.3f} {line}")
-            f.flush()
-
-
-def _read_stamped(path: Path) -> list[tuple[float, str]]:
-    out = []
-    for line in path.read_text(errors="replace").splitlines():
-        t, _, rest = line.partition(" ")
-        try:
-            out.append((float(t), rest))
-        except ValueError:
-            continue
-    return out
 
 
 def _read_compose_log(path: Path, service: str) -> list[tuple[float, str]]:
@@ -137,147 +91,120 @@ def round_durations(db: Path) -> list[float]:
         con.close()
 
 
-def _cpu_group(services: int) -> Path | None:
-    """A cgroup (v1, root) for the local processes with the CPU weight that deploy/e2e.sh gives the
-    docker cgroup (1024 per compose service), so that on a busy host both topologies get the same share
-    of the CPU against other work; None where that cannot be made (then the local processes compete as
-    plain processes, and the comparison says so)."""
+@contextlib.contextmanager
+def cpu_group(services: int) -> Iterator[int | None]:
+    """This process, and every process it starts, in a cgroup (v1, root) with the CPU weight deploy/e2e.sh gives
+    the docker cgroup (1024 per compose service); yields the weight, or None where no such cgroup can be made
+    (then the local processes compete as plain processes)."""
     root = Path("/sys/fs/cgroup/cpu")
-    if not (root / "cpu.shares").is_file() or not os.access(root, os.W_OK):
-        return None
     group = root / f"term-fl-bench-{os.getpid()}"
     try:
         group.mkdir(exist_ok=True)
         (group / "cpu.shares").write_text(str(1024 * services))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
     except OSError:
-        return None
-    return group
-
-
-def run_local(nodes: int, rounds: int, work: Path, group: Path | None = None) -> tuple[list[float], dict[str, Any]]:
-    import yaml
-
-    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
-    certs = work / "certs"
-    subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(certs)], check=True, capture_output=True)
-    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("FLWR_", "TERM_FL_"))}
-    base_env.update(PATH=f"{BIN}{os.pathsep}{base_env.get('PATH', '')}", FLWR_TELEMETRY_ENABLED="0",
-                    FLWR_DISABLE_UPDATE_CHECK="1", FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1")
-    procs: list[subprocess.Popen] = []
-
-    def start(args: list[str], name: str, stamped: bool = False, **env: str) -> subprocess.Popen:
-        log = subprocess.PIPE if stamped else open(work / f"{name}.log", "w")  # noqa: SIM115 (closed with it)
-        def join_group() -> None:  # in the child, before exec: it and everything it starts
-            if group is not None:
-                (group / "cgroup.procs").write_text(str(os.getpid()))
-
-        p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, text=True,
-                             env={**base_env, "FLWR_HOME": str(work / f"home-{name}"), **env},
-                             preexec_fn=join_group)
-        if stamped:
-            threading.Thread(target=_stamp, args=(p.stdout, work / f"{name}.log"), daemon=True).start()
-        procs.append(p)
-        return p
-
-    port = _free_port()
-    link = _set(_set(_local(_argv(services["superlink"]), certs, {}), "--host", "127.0.0.1"), "--port", str(port))
-    start([str(BIN / link[0]), *link[1:]], "superlink")
+        yield None
+        return
     try:
-        for pid in range(nodes):
-            args = _local(_argv(services[f"fairness-supernode-{pid}"]), certs,
-                          {"superlink:8000": f"127.0.0.1:{port}"})
-            args = _set(args, "--node-config", f"partition-id={pid} num-partitions={nodes}")
-            start([str(BIN / args[0]), *args[1:], "--host", "127.0.0.1", "--port", str(_free_port())], f"node{pid}")
-        overrides = (f"data.num_devices={nodes} run.clients_per_round={max(1, nodes // 2)} "
-                     f"run.node_timeout=300 run.rounds={rounds} run.evaluate_every=1 run.executor=sequential")
-        results = work / "results"
-        cli = start(["sh", str(REPO / "deploy" / "submit.sh"), "flwr", "run", str(REPO), "local", "--stream",
-                     "--run-config",
-                     f'scenario="configs/fairness.toml" overrides="{overrides}" results-dir="{results}"'],
-                    "flwr-run", stamped=True, TERM_FL_SUPERLINK_ADDRESS=f"127.0.0.1:{port}",
-                    TERM_FL_CONNECTION="local", TERM_FL_ROOT_CERTIFICATES=str(certs / "ca.crt"))
-        if cli.wait(timeout=3600) != 0:
-            time.sleep(1)
-            raise RuntimeError(f"local run failed:\n{(work / 'flwr-run.log').read_text()[-3000:]}")
-        time.sleep(1)  # the stamping thread's last lines
-        return round_durations(results / "results.db"), phases(_read_stamped(work / "flwr-run.log"))
+        yield 1024 * services
     finally:
-        for p in reversed(procs):  # SuperNodes and the CLI before the SuperLink
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGTERM)
-                try:
-                    p.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+        (root / "cgroup.procs").write_text(str(os.getpid()))
+        time.sleep(1)
+        try:
+            group.rmdir()
+        except OSError as exc:
+            print(f"could not remove {group}: {exc}", file=sys.stderr)
 
 
-def run_compose(nodes: int, rounds: int, work: Path) -> tuple[list[float], dict[str, Any], str]:
-    env = {**os.environ, "TERM_FL_E2E_FAIRNESS_NODES": str(nodes), "TERM_FL_E2E_ROUNDS": str(rounds),
-           "TERM_FL_E2E_LOG_DIR": str(work), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+def run_local(nodes: int, rounds: int, env: dict[str, str], work: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(REPO / "deploy"))
+    from local_topology import LocalTopology, read_stamped
+
+    topo = LocalTopology(work, nodes, env=env)
+    try:
+        topo.up()
+        cli = topo.submit(rounds=rounds)
+        if cli.wait(timeout=3600) != 0:
+            raise RuntimeError(f"local run failed:\n{topo.tail('flwr-run', 60)}")
+        time.sleep(1)  # the log's last lines
+        return {"rounds_s": round_durations(topo.results / "results.db"),
+                **phases(read_stamped(topo.logs["flwr-run"]))}
+    finally:
+        topo.stop_all()
+
+
+def run_compose(nodes: int, rounds: int, env: dict[str, str], work: Path) -> dict[str, Any]:
+    full = {**os.environ, **env, "TERM_FL_E2E_FAIRNESS_NODES": str(nodes), "TERM_FL_E2E_ROUNDS": str(rounds),
+            "TERM_FL_E2E_LOG_DIR": str(work), "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     out = subprocess.run(["bash", str(REPO / "deploy" / "e2e.sh"), "fairness"], capture_output=True, text=True,
-                         env=env, check=False)
+                         env=full, check=False)
     if out.returncode != 0:
         raise RuntimeError(f"deploy/e2e.sh fairness failed:\n{out.stderr[-4000:]}")
     match = re.search(r"fairness: store ok: (\{.*\})", out.stderr)
-    steps = out.stderr[out.stderr.find("e2e step"):]
-    return (json.loads(match[1])["round_s"], phases(_read_compose_log(work / "fairness.log", "submit-fairness")),
-            steps)
+    return {"rounds_s": json.loads(match[1])["round_s"],
+            **phases(_read_compose_log(work / "fairness.log", "submit-fairness")),
+            "e2e_steps": out.stderr[out.stderr.find("e2e step"):]}
+
+
+def _order(pairs: int) -> list[str]:
+    """A B, B A, A B ...: each pair in turn, so that a drift of the load falls on both settings."""
+    names = list(SETTINGS)
+    return [name for i in range(pairs) for name in (names if i % 2 == 0 else names[::-1])]
+
+
+def summarise(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Median round after round 1 over every run of a setting, and the medians of its phases."""
+    later = [r for res in results for r in (res["rounds_s"][1:] or res["rounds_s"])]
+    return {"median_round_s": statistics.median(later),
+            "median_train_s": statistics.median(t for res in results for t in res["train_s"]),
+            "median_evaluate_s": statistics.median(t for res in results for t in res["evaluate_s"])}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--skip-compose", action="store_true")
+    parser.add_argument("--pairs", type=int, default=1, help="runs of each setting, alternating their order")
+    parser.add_argument("--where", default="compose", help="compose, local or compose,local")
+    parser.add_argument("--out", type=Path, help="also write every number as JSON here")
     args = parser.parse_args(argv)
-    load = [os.getloadavg()[0]]
-    services = args.nodes + 3  # as e2e.sh counts them: the SuperNodes, superlink, dashboard, submitter
-    group = _cpu_group(services)
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            t0 = time.monotonic()
-            local, local_phases = run_local(args.nodes, args.rounds, Path(tmp), group)
-            t_local = time.monotonic() - t0
-    finally:
-        if group is not None:
-            time.sleep(1)
-            try:
-                group.rmdir()
-            except OSError as exc:
-                print(f"could not remove {group}: {exc}", file=sys.stderr)
-    load.append(os.getloadavg()[0])
-    compose: list[float] = []
-    compose_phases: dict[str, Any] = {}
-    steps = ""
-    if not args.skip_compose:
-        with tempfile.TemporaryDirectory() as tmp:
-            compose, compose_phases, steps = run_compose(args.nodes, args.rounds, Path(tmp))
-        load.append(os.getloadavg()[0])
-    print(f"fairness topology, {args.nodes} SuperNodes, TLS, {args.rounds} rounds; load average (1 min) "
-          f"{' / '.join(f'{x:.1f}' for x in load)} (start / after local / after compose) on {os.cpu_count()} CPUs")
-    where = (f"in a cgroup of CPU weight {1024 * services} ({services} x 1024, as e2e.sh gives the docker cgroup)"
-             if group else "plain processes (no cgroup v1 as root)")
-    print(f"local processes: {where}")
-    for name, values, ph in (("local processes", local, local_phases), ("docker compose", compose, compose_phases)):
-        if not values:
-            continue
-        later = values[1:] or values
-        print(f"{name:<16} rounds {', '.join(f'{v:.1f}' for v in values)} s; "
-              f"median after round 1 {statistics.median(later):.1f} s")
-        if ph.get("train_s"):
-            rest = [r - t - e for r, t, e in zip(values, ph["train_s"], ph["evaluate_s"])]
-            print(f"{'':<16} train phase {', '.join(f'{v:.1f}' for v in ph['train_s'])} s; "
-                  f"evaluate phase {', '.join(f'{v:.1f}' for v in ph['evaluate_s'])} s; "
-                  f"rest {', '.join(f'{v:.1f}' for v in rest)} s")
-        if ph.get("start_to_first_round_s") is not None:
-            print(f"{'':<16} ServerApp start to round 1 (app load, discovery): {ph['start_to_first_round_s']:.1f} s")
-    if local and compose:
-        ratio = statistics.median(compose[1:] or compose) / statistics.median(local[1:] or local)
-        print(f"compose / local round time: {ratio:.2f} (target <= 1.5)")
-    print(f"local part: {t_local:.0f} s wall")
+    wheres = [w.strip() for w in args.where.split(",") if w.strip()]
+    if not wheres or set(wheres) - {"compose", "local"}:
+        parser.error(f"--where {args.where!r}: compose, local or both")
+    report: dict[str, Any] = {"nodes": args.nodes, "rounds": args.rounds, "cpus": os.cpu_count(),
+                              "load_start": os.getloadavg()[0], "runs": []}
+    for where in wheres:
+        for name in _order(args.pairs):
+            with tempfile.TemporaryDirectory() as tmp:
+                started = time.monotonic()
+                if where == "compose":
+                    res, weight = run_compose(args.nodes, args.rounds, SETTINGS[name], Path(tmp)), None
+                else:  # + superlink, dashboard and submitter, as e2e.sh counts the services
+                    with cpu_group(args.nodes + 3) as weight:
+                        res = run_local(args.nodes, args.rounds, SETTINGS[name], Path(tmp))
+            res.update(where=where, setting=name, wall_s=time.monotonic() - started, load=os.getloadavg()[0],
+                       cgroup_weight=weight)
+            report["runs"].append(res)
+            print(f"{where:<8} {name:<12} rounds {', '.join(f'{v:.1f}' for v in res['rounds_s'])} s; "
+                  f"train {', '.join(f'{v:.1f}' for v in res['train_s'])} s; evaluate "
+                  f"{', '.join(f'{v:.1f}' for v in res['evaluate_s'])} s; load {res['load']:.1f}", flush=True)
+    for where in wheres:
+        sums = {name: summarise([r for r in report["runs"] if (r["where"], r["setting"]) == (where, name)])
+                for name in SETTINGS}
+        report[f"summary_{where}"] = sums
+        before, after = sums["per-message"]["median_round_s"], sums["forked"]["median_round_s"]
+        print(f"{where}: median round after round 1: per-message {before:.1f} s, forked {after:.1f} s "
+              f"(ratio {after / before:.2f}; target <= 8 s); phases train/evaluate: per-message "
+              f"{sums['per-message']['median_train_s']:.1f}/{sums['per-message']['median_evaluate_s']:.1f} s, "
+              f"forked {sums['forked']['median_train_s']:.1f}/{sums['forked']['median_evaluate_s']:.1f} s")
+    report["load_end"] = os.getloadavg()[0]
+    print(f"{args.nodes} SuperNodes, {args.rounds} rounds; load average (1 min) {report['load_start']:.1f} at the "
+          f"start, {report['load_end']:.1f} at the end, on {os.cpu_count()} CPUs")
+    steps = [r["e2e_steps"] for r in report["runs"] if r.get("e2e_steps")]
     if steps:
-        print(steps.rstrip())
+        print(steps[-1].rstrip())
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=1) + "\n")
     return 0
 
 

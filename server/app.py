@@ -17,6 +17,7 @@ from flwr.serverapp import Grid, ServerApp
 from flwr.superlink.grid import InMemoryGrid
 
 from term_fl.config import load_scenario
+from term_fl.deployment.replies import ReplyPollingGrid, poll_interval
 from term_fl.federation.loop import RoundRecord, run_federation
 from term_fl.results import ResultsStore
 from term_fl.runs.run import RunRecorder, run_id_for
@@ -59,7 +60,11 @@ def main(grid: Grid, context: Context) -> None:
     scenario = load_scenario(scenario_path or None, shlex.split(str(cfg.get("overrides", "") or "")))
     root = results_root(str(cfg.get("results-dir", "") or ""))
     run_id = run_id_for(scenario)
-    settle_s = SIMULATION_SETTLE_S if isinstance(grid, InMemoryGrid) else None
+    simulated = isinstance(grid, InMemoryGrid)
+    settle_s = SIMULATION_SETTLE_S if simulated else None
+    poll_s = poll_interval()
+    if not simulated and poll_s is not None:  # a deployment: replies asked for every poll_s, not every 3 s
+        grid = ReplyPollingGrid(grid, poll_s)
     with ResultsStore(root / "results.db") as store:
         recorder = RunRecorder(store, root / run_id, run_id=run_id)
         run_federation(grid, scenario, recorder, on_round=_log_round, node_settle_s=settle_s)

@@ -36,6 +36,10 @@ NUMERIC = {
     + [("actor_reuse", mode, key) for mode in ("off", "on") for key in ("overhead_median_s", "total_s")],
     "cohort": [("vehicle", "client_ratio"), ("vehicle", "table_ratio"), ("vehicle", "cohort", "client_round_median_s"),
                ("synthetic", "logreg-60", "ratio"), ("synthetic", "mlp-60", "ratio"), ("floor", "mlp-60", "floor_s")],
+    "arith": [("medians_s", part, clock) for part in ("floor_a", "floor_b", "kernel", "train_compiled")
+              for clock in ("wall", "cpu")]
+    + [("steady_round_s", ex, clock) for ex in ("auto", "cohort") for clock in ("wall", "cpu")]
+    + [("load_start", 0), ("load_end", 0)],
 }
 SCALE_POINT = [("round_median_s",), ("discovery_s",), ("startup_to_server_s",), ("memory", "peak_rss_bytes")]
 

@@ -141,7 +141,7 @@ def test_sweep_runs_each_distinct_cell_and_writes_the_comparison(tmp_path, capsy
     out, db = tmp_path / "sweep", tmp_path / "r.db"
     assert main(["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]) == 0
     printed = capsys.readouterr().out
-    assert "6 cells on engine inprocess (executor sequential)" in printed  # fedavg x 2 seeds + term x 2 t x 2 seeds
+    assert "6 cells on engine inprocess (executor compiled)" in printed  # auto, logreg; fedavg x 2 seeds + term x 2 t x 2 seeds
     # off a terminal (pytest captures stdout) each cell's progress is two lines: after its first and last round
     progress = re.findall(r"^\[cell (\d)/6\] .* round (\d)/2 ", printed, flags=re.M)
     assert progress == [(str(i), str(k)) for i in range(1, 7) for k in (1, 2)]
@@ -160,7 +160,8 @@ def test_sweep_pairs_each_cell_with_fedavg_and_selects_on_the_tail_of_the_valida
     out, db = tmp_path / "sweep", tmp_path / "r.db"
     assert main(["sweep", str(path), "--out", str(out), "--db", str(db)]) == 0
     printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at 80 columns
-    assert "paired difference to FedAvg" in printed and "over the last fifth of the rounds" in printed
+    assert "paired difference, cell minus baseline (FedAvg)" in printed and "over the last fifth of the rounds" in printed
+    assert "significant: p_holm < 0.05" in printed and "Differences over fewer than 3 seeds are never marked" in printed
     comparison = json.loads((out / "comparison.json").read_text())
     rows = {r["cell"]: r for r in comparison["cells"]}
     store = ResultsStore.open_readonly(db)
@@ -177,6 +178,19 @@ def test_sweep_pairs_each_cell_with_fedavg_and_selects_on_the_tail_of_the_valida
     assert rows["term t=5"]["test.worst_10.diff"] == pytest.approx(np.mean(diffs))
     assert "paired_seeds" not in rows["fedavg"]
     assert "validation_tail" in comparison["selection"]["term"]["rule"]
+    # every paired difference carries its test; 2 seeds: never marked; comparison.csv holds the same numbers
+    worst = rows["term t=5"]["differences"]["fedavg"]["test"]["worst_10"]
+    assert set(worst) >= {"mean", "se", "n", "p_value", "p_holm", "ci95", "p_signflip", "significant"}
+    assert worst["significant"] is False and worst["n"] == 2
+    assert comparison["significance"]["rule"].startswith("* significant: p_holm < 0.05")
+    assert comparison["baselines"] == [{"strategy": "fedavg", "label": "FedAvg"},
+                                       {"strategy": "fedavg_uniform", "label": "FedAvg (uniform)"}]
+    flat = {r["cell"]: r for r in csv.DictReader((out / "comparison.csv").open())}["term t=5"]
+    for field in ("mean", "p_value", "p_holm", "p_signflip"):
+        got = flat[f"test.worst_10.minus_fedavg.{field}"]
+        assert (float(got) if got else None) == pytest.approx(worst[field])
+    assert [float(flat[f"test.worst_10.minus_fedavg.ci95_{end}"]) for end in ("lo", "hi")] == pytest.approx(worst["ci95"])
+    assert flat["test.worst_10.minus_fedavg.significant"] == "False"
 
 
 def test_sweep_resumes_without_redoing_finished_cells(tmp_path, capsys):
@@ -284,9 +298,10 @@ def test_dashboard_access_log_is_off_unless_asked_for(flag, expected, tmp_path, 
     import term_fl.dashboard
 
     calls = []
+    monkeypatch.delenv("TERM_FL_DASHBOARD_TOKEN", raising=False)
     monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: calls.append(kw))
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--port", "8123", *flag]) == 0
-    assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected, "allowed_hosts": []}]
+    assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected, "allowed_hosts": [], "token": None}]
 
 
 def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, monkeypatch):

@@ -22,6 +22,8 @@ from term_fl.learning.cohort_training import (
     supports,
     train_cohort,
 )
+from term_fl.learning.compiled_training import compiler_available, train_compiled
+from term_fl.learning.compiled_training import supports as compiled_supports
 from term_fl.learning.models import TermModel, build_model, get_weights, set_weights
 from term_fl.learning.training import as_tensors, evaluate_segments, tilted_mean, train_tensors
 
@@ -286,3 +288,91 @@ def test_cohort_on_cuda_matches_the_sequential_path_on_the_cpu(name, classes):
     evaluated = evaluate_cohort(gpu_model, x.cuda(), y.cuda(), np.cumsum(SIZES).tolist())
     for got, want in zip(evaluated, evaluate_segments(_model(name, classes), x, y, np.cumsum(SIZES).tolist())):
         assert got.loss_mean == pytest.approx(want.loss_mean, rel=1e-5)
+
+
+# --- the compiled kernel (numba) ------------------------------------------------
+
+LINEAR = [(n, c) for n, c in MODELS if n != "mlp"]
+needs_numba = pytest.mark.skipif(not compiler_available(), reason="numba is not installed (the fast extra)")
+
+
+@needs_numba
+@pytest.mark.parametrize("tau,weight_decay,epochs", [(0.0, 0.0, 2), (0.7, 0.01, 3), (-1.5, 0.0, 2), (1e-30, 0.0, 1)])
+@pytest.mark.parametrize("name,classes", LINEAR)
+def test_compiled_training_of_every_device_matches_train_tensors(monkeypatch, name, classes, tau, weight_decay, epochs):
+    """The whole cohort in one compiled call: each device's weights within 1e-5 relative of its own
+    train_tensors (same batches, tilt, penalty, weight decay), the same report and steps."""
+    model = _model(name, classes)
+    x, y, starts = _federation(model, SIZES)
+    seeds = [100 + i for i in range(len(SIZES))]
+    kw = dict(lr=0.1, epochs=epochs, batch_size=BATCH, weight_decay=weight_decay, tau=tau)
+    incoming = get_weights(model)
+    stacked = train_compiled(model, x.numpy(), y.numpy(), starts, SIZES, seeds=seeds, **kw)
+    assert all(np.array_equal(v, get_weights(model)[k]) for k, v in incoming.items())  # model untouched
+    assert {k: v.shape for k, v in stacked.weights.items()} == {k: (len(SIZES), *v.shape) for k, v in incoming.items()}
+    for i, (n, got) in enumerate(zip(SIZES, stacked.results())):
+        rows = slice(int(starts[i]), int(starts[i]) + n)
+        expected = train_tensors(_model(name, classes), x[rows], y[rows], seed=seeds[i], **kw)
+        assert list(got.weights) == list(expected.weights)
+        assert all(v.dtype == np.float32 for v in got.weights.values())
+        assert _max_rel(expected.weights.values(), got.weights.values()) <= REL
+        assert (got.steps, got.num_examples) == (expected.steps, expected.num_examples)
+        assert got.before.correct == expected.before.correct and got.before.examples == n
+        for field in ("loss_mean", "loss_sum", "loss_tilted"):
+            assert getattr(got.before, field) == pytest.approx(getattr(expected.before, field), rel=1e-6, abs=1e-9)
+        assert got.loss_after == pytest.approx(expected.loss_after, rel=1e-5, abs=1e-8)
+
+
+@needs_numba
+def test_compiled_training_is_deterministic_and_a_device_does_not_depend_on_its_cohort():
+    model = _model("logreg", 4)
+    x, y, starts = _federation(model, SIZES)
+    kw = dict(lr=0.1, epochs=2, batch_size=BATCH, tau=0.4)
+    first = train_compiled(model, x.numpy(), y.numpy(), starts, SIZES, seeds=range(7), **kw)
+    again = train_compiled(model, x.numpy(), y.numpy(), starts, SIZES, seeds=range(7), **kw)
+    order = [4, 0, 6]
+    subset = train_compiled(model, x.numpy(), y.numpy(), starts[order], [SIZES[i] for i in order],
+                            seeds=order, **kw)
+    for name, values in first.weights.items():
+        assert np.array_equal(values, again.weights[name])
+        assert np.array_equal(values[order], subset.weights[name])  # bit for bit: each device alone in the kernel
+    assert first.before == again.before and np.array_equal(first.loss_after, again.loss_after)
+
+
+@needs_numba
+def test_compiled_hinge_gradient_passes_at_a_margin_of_exactly_zero_like_clamp():
+    """y s = 1 exactly: clamp(min=0) passes the gradient there, and so does the kernel (one step, w = b = 0.5)."""
+    model = build_model("linear_svm", 1, 2, l2=0.0)
+    set_weights(model, {"linear.weight": np.full((1, 1), 0.5, np.float32), "linear.bias": np.full(1, 0.5, np.float32)})
+    x, y = np.ones((1, 1), np.float32), np.ones(1, np.int64)  # s = 1, y_pm = +1
+    got = train_compiled(model, x, y, [0], [1], lr=1.0, epochs=1, batch_size=1, seeds=[0]).results()[0]
+    want = train_tensors(model, torch.from_numpy(x), torch.from_numpy(y), lr=1.0, epochs=1, batch_size=1, seed=0)
+    assert got.weights["linear.weight"][0, 0] == want.weights["linear.weight"][0, 0] == 1.5
+
+
+def test_the_compiled_kernel_takes_the_linear_models_on_the_cpu_only():
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert [compiled_supports(build_model(n, 6, c), cpu) for n, c in MODELS] == [True, True, False]
+    assert not compiled_supports(build_model("logreg", 6, 3), cuda) and not compiled_supports(_Custom(), cpu)
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(lr=0.0), "lr must be > 0"),
+        (dict(tau=float("inf")), "tau must be finite"),
+        (dict(sizes=[4, 40]), "every device needs >= 1 example"),
+        (dict(seeds=[0]), "one entry per device"),
+        (dict(x=np.zeros((10, 6))), "x must be float32"),
+    ],
+)
+def test_compiled_bad_arguments_are_refused_naming_them(kwargs, match):
+    model = _model("logreg", 4)
+    x, y, _ = _federation(model, [4, 6])
+    args = dict(x=x.numpy(), y=y.numpy(), starts=[0, 4], sizes=[4, 6], lr=0.1, epochs=1, batch_size=2,
+                seeds=[0, 1]) | kwargs
+    with pytest.raises(ValueError, match=match):
+        train_compiled(model, **args)
+    with pytest.raises(TypeError, match="trains LinearSVM and LogisticRegression; got MLP"):
+        train_compiled(_model("mlp", 3), x.numpy(), y.numpy(), [0], [4], lr=0.1, epochs=1, batch_size=2, seeds=[0])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 
 import numpy as np
 import pytest
@@ -20,9 +21,10 @@ from term_fl.flower_internals import from_array_record, serverapp_identity
 from term_fl.common.keys import ARRAYS, CONFIG, METRICS, NUM_PARTITIONS, SCENARIO, SERVER_ROUND
 from term_fl.clientapp.app import make_client_app
 from term_fl.clientapp.cache import ClientCache
-from term_fl.config import ConfigError, Scenario, config_hash, load_scenario
+from term_fl.config import ConfigError, Scenario, config_hash, executor_of, load_scenario, with_overrides
+from term_fl.learning import compiled_training
 from term_fl.engines import cohort_executor as cohort_module
-from term_fl.engines import run_scenario
+from term_fl.engines import batch_executor, run_scenario
 from term_fl.engines.cohort_executor import CohortExecutor
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation.loop import Recorder, initial_arrays
@@ -30,6 +32,7 @@ from term_fl.results import ResultsStore
 from term_fl.runs.run import run_one
 
 REL = 1e-5
+BATCHED = ("cohort", "compiled")
 
 
 def _max_rel(want, got) -> float:
@@ -66,34 +69,36 @@ SCENARIOS = {
 }
 
 
-def _grid(n: int, cohort: bool) -> InProcessGrid:
-    """A grid as run_scenario builds it: the ClientApp over a fresh cache, and the cohort executor over the same."""
+def _grid(n: int, executor: str) -> InProcessGrid:
+    """A grid as run_scenario builds it: the ClientApp over a fresh cache, and the executor over the same."""
     cache = ClientCache()
     return InProcessGrid(make_client_app(cache), n, node_ids=range(1, n + 1),
-                         executor=CohortExecutor(cache) if cohort else None)
+                         executor=batch_executor(executor, cache))
 
 
-def _exchange(scenario, kind: str, arrays: ArrayRecord, cohort: bool, server_round: int = 3):
+def _exchange(scenario, kind: str, arrays: ArrayRecord, executor: str, server_round: int = 3):
     """Replies of every node to one message each (the round's shared record, as the strategies send it)."""
     n = scenario.data.synthetic.num_devices if scenario.data.name == "synthetic" else 23
     content = RecordDict({ARRAYS: arrays, CONFIG: ConfigRecord({SCENARIO: scenario.to_json(),
                                                                 SERVER_ROUND: server_round})})
-    with _grid(n, cohort) as grid:
+    with _grid(n, executor) as grid:
         messages = [Message(content, dst_node_id=node, message_type=kind) for node in range(1, n + 1)]
         replies = list(grid.send_and_receive(messages))
     assert [r.metadata.reply_to_message_id for r in replies] == [m.metadata.message_id for m in messages]
     return replies
 
 
+@pytest.mark.parametrize("executor", BATCHED)
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_one_round_of_replies_equals_the_clientapps(name):
+def test_one_round_of_replies_equals_the_clientapps(name, executor):
     """Every device's reply: same keys and integers, weights and losses within 1e-5 relative
-    (uneven devices, some smaller than a batch; tau != 0; epochs > 1)."""
+    (uneven devices, some smaller than a batch; tau != 0; epochs > 1; the compiled executor's MLP
+    on the cohort's torch path)."""
     scenario = SCENARIOS[name]()
     arrays = initial_arrays(scenario)
     for kind in (MessageType.TRAIN, MessageType.EVALUATE):
-        sequential = _exchange(scenario, kind, arrays, cohort=False)
-        cohort = _exchange(scenario, kind, arrays, cohort=True)
+        sequential = _exchange(scenario, kind, arrays, "sequential")
+        cohort = _exchange(scenario, kind, arrays, executor)
         assert len(sequential) == len(cohort) > 0
         for want, got in zip(sequential, cohort, strict=True):
             assert not got.has_error()
@@ -113,16 +118,17 @@ def test_one_round_of_replies_equals_the_clientapps(name):
                 assert _max_rel(w.values(), g.values()) <= REL
 
 
+@pytest.mark.parametrize("batched", BATCHED)
 @pytest.mark.parametrize("strategy", ["fedavg", "qffl", "term"])
-def test_a_run_with_the_cohort_executor_records_what_the_sequential_one_records(strategy):
+def test_a_run_with_the_cohort_executor_records_what_the_sequential_one_records(strategy, batched):
     """Three rounds of each strategy: per-device F_k, tilted weights, evaluation and the global model agree."""
     runs = {}
-    for executor in ("sequential", "cohort"):
+    for executor in ("sequential", batched):
         scenario = small_scenario("run.engine=inprocess", f"run.executor={executor}", f"strategy.name={strategy}",
                                   "strategy.term.t=2", "client.tau=-0.5", "client.epochs=2")
         recorder = _Rounds()
         runs[executor] = (run_scenario(scenario, recorder), recorder.records)
-    (seq_result, seq_rounds), (coh_result, coh_rounds) = runs["sequential"], runs["cohort"]
+    (seq_result, seq_rounds), (coh_result, coh_rounds) = runs["sequential"], runs[batched]
     assert len(seq_rounds) == len(coh_rounds) == 3
     for a, b in zip(seq_rounds, coh_rounds):
         assert [r["partition_id"] for r in a.train_rows] == [r["partition_id"] for r in b.train_rows]
@@ -163,7 +169,7 @@ def test_the_sequential_executor_keeps_the_config_hashes_of_earlier_stores(monke
 
 
 def test_an_unknown_executor_is_refused_naming_the_key():
-    with pytest.raises(ConfigError, match=r"run\.executor: Input should be 'sequential' or 'cohort'"):
+    with pytest.raises(ConfigError, match=r"run\.executor: Input should be 'auto', 'sequential', 'cohort' or 'compiled'"):
         load_scenario(None, ["run.executor=batched"], environ={})
 
 
@@ -205,6 +211,47 @@ def test_a_failing_cohort_falls_back_to_the_clientapp_for_the_rest_of_the_run_sa
     assert all(np.array_equal(got[k], want[k]) for k in want)
 
 
+def test_without_numba_the_compiled_executor_trains_on_the_cohort_path_said_once(monkeypatch, caplog):
+    """numba made unavailable (its import fails): the compiled executor gives the cohort executor's replies,
+    bit for bit, and says so once."""
+    monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
+    monkeypatch.delitem(sys.modules, "term_fl.learning.linear_kernels", raising=False)
+    compiled_training._kernels.cache_clear()
+    monkeypatch.setattr(compiled_training, "_kernels", compiled_training._kernels)  # cleared again on undo
+    try:
+        assert not compiled_training.compiler_available()
+        scenario, arrays = small_scenario(), initial_arrays(small_scenario())
+        with caplog.at_level(logging.WARNING, logger="term_fl"):
+            first = _exchange(scenario, MessageType.TRAIN, arrays, "compiled")
+            _exchange(scenario, MessageType.TRAIN, arrays, "compiled")
+        for want, got in zip(_exchange(scenario, MessageType.TRAIN, arrays, "cohort"), first, strict=True):
+            assert dict(got.content[METRICS]) == dict(want.content[METRICS])
+            w, g = from_array_record(want.content[ARRAYS]), from_array_record(got.content[ARRAYS])
+            assert all(np.array_equal(w[k], g[k]) for k in w)
+        said = [r.message for r in caplog.records if "numba is not installed" in r.message]
+        assert len(said) == 2  # once per executor (each grid above has its own), not once per round
+    finally:
+        compiled_training._kernels.cache_clear()
+
+
+def test_auto_is_the_compiled_executor_for_linear_models_in_process_and_hashes_as_it_runs():
+    """run.executor = "auto" (the default) resolves by engine and model; a file that names an executor keeps
+    its hash; auto on Flower's engine (sequential) hashes as the sequential executor always did."""
+    auto = load_scenario(None, ["run.executor=auto", "run.engine=inprocess"], environ={})
+    assert Scenario.model_fields["run"].default_factory().executor == "auto"
+    assert executor_of(auto) == "compiled"
+    assert config_hash(auto) == config_hash(with_overrides(auto, {"run.executor": "compiled"}))
+    for model, engine, executor in (("mlp", "inprocess", "sequential"), ("logreg", "flower", "sequential"),
+                                    ("linear_svm", "inprocess", "compiled")):
+        scenario = with_overrides(auto, {"model.name": model, "run.engine": engine})
+        assert executor_of(scenario) == executor
+        pinned = with_overrides(scenario, {"run.executor": executor})
+        assert config_hash(scenario) == config_hash(pinned)
+    for name in ("sequential", "cohort"):
+        pinned = with_overrides(auto, {"run.executor": name})
+        assert executor_of(pinned) == name and config_hash(pinned) != config_hash(auto)
+
+
 def test_messages_with_different_records_go_to_the_clientapp():
     scenario = small_scenario()
     one, two = initial_arrays(scenario), initial_arrays(scenario)
@@ -212,24 +259,25 @@ def test_messages_with_different_records_go_to_the_clientapp():
     with serverapp_identity(run_id=1):
         messages = [Message(RecordDict({ARRAYS: arrays, CONFIG: config}), dst_node_id=node,
                             message_type=MessageType.TRAIN) for node, arrays in ((1, one), (2, two))]
-    contexts = _grid(6, cohort=False)._contexts
+    contexts = _grid(6, "sequential")._contexts
     assert CohortExecutor(ClientCache()).replies(messages, contexts) is None
     assert CohortExecutor(ClientCache()).replies(messages[:1], contexts) is not None
 
 
 @pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("executor", BATCHED)
 @pytest.mark.parametrize("name", ["synthetic-logreg-tau", "synthetic-mlp"])
-def test_on_cuda_one_round_of_replies_equals_the_clientapps_on_cuda_and_on_the_cpu(name):
-    """client.device = cuda: the cohort stays on the GPU; its replies match the ClientApp's on the GPU
-    and on the CPU (float32, other kernels: 1e-4 relative)."""
+def test_on_cuda_one_round_of_replies_equals_the_clientapps_on_cuda_and_on_the_cpu(name, executor):
+    """client.device = cuda: the cohort stays on the GPU (the compiled executor on its torch path); its
+    replies match the ClientApp's on the GPU and on the CPU (float32, other kernels: 1e-4 relative)."""
     from term_fl.config import with_overrides
 
     cpu = SCENARIOS[name]()
     gpu = with_overrides(cpu, {"client.device": "cuda"})
     arrays = initial_arrays(cpu)
-    cohort = _exchange(gpu, MessageType.TRAIN, arrays, cohort=True)
-    for reference in (_exchange(gpu, MessageType.TRAIN, arrays, cohort=False),
-                      _exchange(cpu, MessageType.TRAIN, arrays, cohort=False)):
+    cohort = _exchange(gpu, MessageType.TRAIN, arrays, executor)
+    for reference in (_exchange(gpu, MessageType.TRAIN, arrays, "sequential"),
+                      _exchange(cpu, MessageType.TRAIN, arrays, "sequential")):
         for want, got in zip(reference, cohort, strict=True):
             w, g = from_array_record(want.content[ARRAYS]), from_array_record(got.content[ARRAYS])
             assert _max_rel(w.values(), g.values()) <= 1e-4
@@ -237,8 +285,8 @@ def test_on_cuda_one_round_of_replies_equals_the_clientapps_on_cuda_and_on_the_c
             # difference in the margin moves it by ~margin x 1e-4 relative (measured 9e-4 on an H200)
             for key in ("train_loss_before", "train_loss_before_sum", "train_loss_after"):
                 assert got.content[METRICS][key] == pytest.approx(want.content[METRICS][key], rel=1e-4, abs=1e-6)
-    evaluated = _exchange(gpu, MessageType.EVALUATE, arrays, cohort=True)
-    for want, got in zip(_exchange(cpu, MessageType.EVALUATE, arrays, cohort=False), evaluated, strict=True):
+    evaluated = _exchange(gpu, MessageType.EVALUATE, arrays, executor)
+    for want, got in zip(_exchange(cpu, MessageType.EVALUATE, arrays, "sequential"), evaluated, strict=True):
         assert got.content[METRICS]["test_loss"] == pytest.approx(want.content[METRICS]["test_loss"], rel=1e-4)
 
 
@@ -277,7 +325,7 @@ def test_a_batch_the_clientapp_would_refuse_gets_the_clientapps_error_replies():
     scenario = small_scenario()
     arrays = initial_arrays(scenario)
     for scenario_json, num_partitions in (("{not json", 6), (scenario.to_json(), 7)):
-        grid = _grid(6, cohort=True)
+        grid = _grid(6, "cohort")
         for context in grid._contexts.values():
             context.node_config[NUM_PARTITIONS] = num_partitions
         config = ConfigRecord({SCENARIO: scenario_json, SERVER_ROUND: 1})

@@ -9,7 +9,6 @@ tests/test_deployment_local.py (the same processes on loopback).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -18,52 +17,15 @@ import shutil
 import socket
 import sqlite3
 import subprocess
-import sys
 import tomllib
-from pathlib import Path
 
 import pytest
-
-yaml = pytest.importorskip("yaml", reason="pyyaml is a test extra: pip install -e '.[test]'")
-
-from term_fl.config import load_scenario  # noqa: E402
-
-REPO = Path(__file__).resolve().parents[1]
-SCHEMA = Path(os.environ.get("TERM_FL_COMPOSE_SCHEMA")  # a worktree elsewhere than beside shared/
-              or Path(__file__).resolve().parents[2] / "shared" / "schemas" / "compose-spec.json")
-BIN = Path(sys.executable).parent
-MAIN, GPU, DEV = "docker-compose.yml", "docker-compose.gpu.yml", "docker-compose.dev.yml"
-DATA_MOUNT = "${TERM_FL_DATA_DIR:-./data}:/data:ro"  # inside the repository: no default path outside it
-SECRETS_DIR = "/run/secrets"
-
-
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("term_fl_gen_compose", REPO / "deploy" / "gen_compose.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
-
-
-class _ComposeLoader(yaml.SafeLoader):
-    """SafeLoader plus compose's ``!reset`` tag (an override that empties a value)."""
-
-
-_ComposeLoader.add_constructor(
-    "!reset",
-    lambda loader, node: (
-        loader.construct_sequence(node) if isinstance(node, yaml.SequenceNode)
-        else loader.construct_mapping(node) if isinstance(node, yaml.MappingNode)
-        else None
-    ),
+from compose_files import (
+    BIN, DATA_MOUNT, DEV, FILES, GPU, MAIN, NOAUTH, PROFILES, REPO, SCHEMA, SECRETS_DIR, SITE, SUPERNODE, _VAR, argv,
+    flag_value, gen, interpolate, load, load_module, load_text, node_config, supernodes,
 )
 
-
-def load(name: str) -> dict:
-    return yaml.load((REPO / name).read_text(encoding="utf-8"), Loader=_ComposeLoader)
+from term_fl.config import load_scenario
 
 
 @pytest.fixture(scope="module")
@@ -71,37 +33,12 @@ def main() -> dict:
     return load(MAIN)
 
 
-def argv(service: dict) -> list[str]:
-    """The container's argv as compose runs it: entrypoint + command (both exec form here)."""
-    entry = service.get("entrypoint") or []
-    cmd = service.get("command") or []
-    assert isinstance(entry, list) and isinstance(cmd, list), "use the exec (list) form"
-    return [*entry, *cmd]
-
-
-def flag_value(args: list[str], flag: str) -> str:
-    assert flag in args, f"{flag} missing from {args}"
-    return args[args.index(flag) + 1]
-
-
-def supernodes(doc: dict, profile: str) -> dict[str, dict]:
-    return {
-        name: svc for name, svc in doc["services"].items()
-        if profile in svc.get("profiles", []) and argv(svc)[:1] == ["flower-supernode"]
-    }
-
-
-def node_config(svc: dict) -> dict[str, str]:
-    text = flag_value(argv(svc), "--node-config")
-    return dict(item.split("=", 1) for item in text.split())
-
-
 # --------------------------------------------------------------------------
 # Generated files and schema
 # --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", [MAIN, GPU, DEV])
+@pytest.mark.parametrize("name", FILES)
 def test_committed_file_equals_generator_output(name):
     expected = gen.render_all()[name]
     actual = (REPO / name).read_text(encoding="utf-8")
@@ -112,7 +49,7 @@ def test_generator_check_mode_passes():
     assert gen.main(["--check"]) == 0
 
 
-@pytest.mark.parametrize("name", [MAIN, GPU, DEV])
+@pytest.mark.parametrize("name", FILES)
 def test_validates_against_compose_spec(name):
     if not SCHEMA.is_file():
         pytest.skip(f"Compose Specification schema not found at {SCHEMA} (CI puts shared/ beside the repo)")
@@ -124,14 +61,14 @@ def test_validates_against_compose_spec(name):
 
 def test_generator_other_fairness_size_is_consistent():
     for n in (3, 17):
-        doc = yaml.load(gen.render_all(n)[MAIN], Loader=_ComposeLoader)
+        doc = load_text(gen.render_all(n)[MAIN])
         nodes = supernodes(doc, "fairness")
         assert len(nodes) == n
         assert sorted(int(node_config(s)["partition-id"]) for s in nodes.values()) == list(range(n))
         assert {node_config(s)["num-partitions"] for s in nodes.values()} == {str(n)}
         assert f"data.num_devices={n}" in flag_value(argv(doc["services"]["submit-fairness"]), "--run-config")
         assert len(supernodes(doc, "vehicle-sensor")) == 23
-        gpu = yaml.load(gen.render_all(n)[GPU], Loader=_ComposeLoader)
+        gpu = load_text(gen.render_all(n)[GPU])
         assert set(gpu["services"]) == set(nodes) | set(supernodes(doc, "vehicle-sensor"))
     with pytest.raises(ValueError):
         gen.render_all(1)
@@ -144,10 +81,12 @@ def test_generator_other_fairness_size_is_consistent():
 
 def test_services_and_profiles(main):
     services = main["services"]
-    for name in ("superlink", "dashboard"):
-        assert set(services[name]["profiles"]) == {"vehicle-sensor", "fairness"}
+    for name in ("superlink", "register-supernodes", "dashboard"):
+        assert set(services[name]["profiles"]) == {"vehicle-sensor", "fairness", "server"}
     assert services["submit-vehicle-sensor"]["profiles"] == ["vehicle-sensor"]
     assert services["submit-fairness"]["profiles"] == ["fairness"]
+    assert services["submit-server"]["profiles"] == ["server"]
+    assert not supernodes(main, "server"), "the server profile's SuperNodes join from site hosts"
     for name, svc in services.items():
         assert svc.get("profiles"), f"service {name} has no profile: it would start in every deployment"
         assert svc["image"] and svc["build"]["dockerfile"] == "Dockerfile", name
@@ -184,7 +123,7 @@ def test_supernodes_connect_to_the_single_superlink_port(main):
     port = flag_value(link, "--port")
     assert port == "8000"
     assert "--disable-runtime-dependency-installation" in link
-    for profile in ("vehicle-sensor", "fairness"):
+    for profile in PROFILES:
         for name, svc in supernodes(main, profile).items():
             assert flag_value(argv(svc), "--superlink") == f"superlink:{port}", name
             # one container per SuperNode: the default runtime port 127.0.0.1:9094 cannot collide
@@ -198,24 +137,25 @@ def test_supernodes_connect_to_the_single_superlink_port(main):
 
 def test_every_supernode_uses_tls_and_main_file_has_no_insecure(main):
     secrets = main["secrets"]
-    assert set(secrets) == {"ca.crt", "server.pem", "server.key"}
-    assert {name: s["file"] for name, s in secrets.items()} == {
-        name: f"${{TERM_FL_CERTS_DIR:-./deploy/certs}}/{name}" for name in secrets
+    certs = {"ca.crt", "server.pem", "server.key"}
+    assert certs <= set(secrets)
+    assert {name: secrets[name]["file"] for name in certs} == {
+        name: f"${{TERM_FL_CERTS_DIR:-./deploy/certs}}/{name}" for name in certs
     }
     link = main["services"]["superlink"]
     for flag, secret in (("--ssl-ca-certfile", "ca.crt"), ("--ssl-certfile", "server.pem"),
                          ("--ssl-keyfile", "server.key")):
         assert flag_value(argv(link), flag) == f"{SECRETS_DIR}/{secret}"
         assert secret in link["secrets"]
-    for profile in ("vehicle-sensor", "fairness"):
+    for profile in PROFILES:
         for name, svc in supernodes(main, profile).items():
             assert flag_value(argv(svc), "--root-certificates") == f"{SECRETS_DIR}/ca.crt", name
             assert "ca.crt" in svc["secrets"], name
-    for profile in ("vehicle-sensor", "fairness"):
-        env = main["services"][f"submit-{profile}"]["environment"]
+    for name in ("submit-vehicle-sensor", "submit-fairness", "submit-server", "register-supernodes"):
+        env = main["services"][name]["environment"]
         assert env["TERM_FL_ROOT_CERTIFICATES"] == f"{SECRETS_DIR}/ca.crt"
         assert "TERM_FL_INSECURE" not in env
-    for name in (MAIN, GPU, "Dockerfile"):
+    for name in (MAIN, SITE, GPU, NOAUTH, "Dockerfile"):
         assert "--insecure" not in (REPO / name).read_text(encoding="utf-8"), name
     assert "--insecure" in (REPO / DEV).read_text(encoding="utf-8")
 
@@ -262,7 +202,7 @@ def test_environment_everywhere(main):
 def test_submit_services_run_flwr_with_the_app_run_config(main):
     app_config = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["flwr"]["app"]["config"]
     pattern = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")  # flwr's own run-config parser
-    for profile in ("vehicle-sensor", "fairness"):
+    for profile in (*PROFILES, "server"):
         svc = main["services"][f"submit-{profile}"]
         args = argv(svc)
         assert args[0] == "/app/deploy/submit.sh"
@@ -276,17 +216,10 @@ def test_submit_services_run_flwr_with_the_app_run_config(main):
         assert values["scenario"].startswith("configs/")
         depends = svc["depends_on"]
         assert depends["superlink"]["condition"] == "service_healthy"
+        assert depends["register-supernodes"]["condition"] == "service_completed_successfully"
         assert ("check-vehicle-data" in depends) == (profile == "vehicle-sensor")
-        assert set(depends) - {"superlink", "check-vehicle-data"} == set(supernodes(main, profile))
-
-
-_VAR = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
-
-
-def interpolate(text: str, env: dict[str, str] | None = None) -> str:
-    """Compose's ${VAR:-default} interpolation (the only form the generated files use)."""
-    env = env or {}
-    return _VAR.sub(lambda m: env.get(m[1]) or (m[2] or ""), text)
+        others = {"superlink", "register-supernodes", "check-vehicle-data"}
+        assert set(depends) - others == set(supernodes(main, profile))
 
 
 def submit_overrides(main: dict, profile: str, env: dict[str, str] | None = None) -> list[str]:
@@ -294,7 +227,7 @@ def submit_overrides(main: dict, profile: str, env: dict[str, str] | None = None
     return shlex.split(dict(re.findall(r'(\S+?)="([^"]*)"', run_config))["overrides"])
 
 
-@pytest.mark.parametrize("profile", ["vehicle-sensor", "fairness"])
+@pytest.mark.parametrize("profile", [*PROFILES, "server"])
 def test_default_run_is_short_and_full_size_is_an_override(main, profile, tmp_path):
     """A plain `up` runs 10 rounds; TERM_FL_ROUNDS and TERM_FL_OVERRIDES (last wins) change it."""
     scenario = REPO / next(p.scenario for p in gen.profiles() if p.name == profile)
@@ -324,7 +257,7 @@ def test_vehicle_profile_checks_its_data_before_any_supernode_starts(main):
         assert services[name]["depends_on"]["check-vehicle-data"]["condition"] == "service_completed_successfully"
 
 
-@pytest.mark.parametrize("name", [MAIN, GPU, DEV])
+@pytest.mark.parametrize("name", FILES)
 def test_no_default_host_path_outside_the_repository(name):
     text = (REPO / name).read_text(encoding="utf-8")
     for var, default in _VAR.findall(text):
@@ -346,7 +279,7 @@ def test_profile_scenarios_exist(main):
 
 def test_gpu_override_reserves_nvidia_gpus_for_every_supernode(main):
     gpu = load(GPU)
-    all_nodes = set(supernodes(main, "vehicle-sensor")) | set(supernodes(main, "fairness"))
+    all_nodes = set(supernodes(main))
     assert set(gpu["services"]) == all_nodes
     for name, svc in gpu["services"].items():
         devices = svc["deploy"]["resources"]["reservations"]["devices"]
@@ -360,52 +293,65 @@ def test_dev_override_is_plaintext_everywhere(main):
     services = dev["services"]
     assert "--insecure" in services["superlink"]["command"]
     assert not any(a.startswith("--ssl") for a in services["superlink"]["command"])
-    all_nodes = set(supernodes(main, "vehicle-sensor")) | set(supernodes(main, "fairness"))
-    for name in all_nodes:
+    assert "--enable-supernode-auth" not in services["superlink"]["command"], "authentication needs TLS"
+    for name in supernodes(main):
         merged = {**main["services"][name], **services[name]}
         args = argv(merged)
         assert "--insecure" in args and "--root-certificates" not in args, name
+        assert "--auth-supernode-private-key" not in args, name
         assert node_config(merged)  # the per-node command of the main file still applies
         assert services[name]["secrets"] == []
-    for profile in ("vehicle-sensor", "fairness"):
+    for profile in (*PROFILES, "server"):
         assert services[f"submit-{profile}"]["environment"]["TERM_FL_INSECURE"] == "1"
+    assert argv(services["register-supernodes"])[0] == "echo"
     assert dev["secrets"] == {}
 
 
 def _compose_cli() -> list[str] | None:
     """A Docker Compose v2 CLI, if this machine has one (`config` needs no engine)."""
-    candidates = [["docker", "compose"], ["docker-compose"]]
+    candidates = [[str(BIN / "docker-compose")], ["docker", "compose"], ["docker-compose"]]  # the test extra's first
     for cmd in candidates:
         if shutil.which(cmd[0]) is None:
             continue
         out = subprocess.run([*cmd, "version"], capture_output=True, text=True, timeout=60, check=False)
-        match = re.search(r"v?(\d+)\.(\d+)", out.stdout)
-        if out.returncode == 0 and match and (int(match[1]), int(match[2])) >= (2, 24):
+        match = re.search(r"v?(\d+)\.(\d+)\.(\d+)", out.stdout)
+        if out.returncode == 0 and match and tuple(map(int, match.groups())) >= (2, 24, 4):
             return cmd
     return None
 
 
 @pytest.mark.parametrize(
     ("files", "profile"),
-    [([MAIN], "vehicle-sensor"), ([MAIN], "fairness"), ([MAIN, GPU], "vehicle-sensor"), ([MAIN, DEV], "fairness")],
+    [([MAIN], "vehicle-sensor"), ([MAIN], "fairness"), ([MAIN], "server"), ([MAIN, GPU], "vehicle-sensor"),
+     ([MAIN, NOAUTH], "fairness"), ([MAIN, DEV], "fairness"), ([SITE], None)],
 )
-def test_docker_compose_accepts_the_files(files, profile):
-    """Docker Compose itself (>= 2.24 for `!reset`) resolves every combination, when installed."""
+def test_docker_compose_accepts_the_files(files, profile, tmp_path):
+    """Docker Compose itself (>= 2.24.4 for `!reset` / `!override`) resolves every combination, when installed."""
     cli = _compose_cli()
     if cli is None:
-        pytest.skip("no Docker Compose >= 2.24 CLI here (the schema and structure tests still run)")
-    args = [*cli, *(a for f in files for a in ("-f", str(REPO / f))), "--profile", profile, "config"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO, check=False)
+        pytest.skip("no Docker Compose >= 2.24.4 CLI here (the schema and structure tests still run)")
+    args = [*cli, *(a for f in files for a in ("-f", str(REPO / f))), *(["--profile", profile] if profile else []),
+            "config"]
+    env = {**os.environ, "TERM_FL_SUPERLINK": "fl.example.org:8000", "TERM_FL_KEYS_DIR": str(tmp_path)}
+    out = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO, env=env, check=False)
     assert out.returncode == 0, out.stderr
-    resolved = yaml.safe_load(out.stdout)
-    nodes = [s for s in resolved["services"].values() if (s.get("entrypoint") or [None])[0] == "flower-supernode"]
-    assert len(nodes) == (23 if profile == "vehicle-sensor" else gen.DEFAULT_FAIRNESS_SUPERNODES)
+    resolved = load_text(out.stdout)
+    nodes = [s for s in resolved["services"].values() if (s.get("entrypoint") or [None])[0] == SUPERNODE]
+    expected = {"vehicle-sensor": 23, "fairness": gen.DEFAULT_FAIRNESS_SUPERNODES, "server": 0,
+                None: gen.DEFAULT_SITE_DEVICES}
+    assert len(nodes) == expected[profile]
     for node in nodes:
         argv_ = [*node["entrypoint"], *node["command"]]
         assert ("--insecure" in argv_) == (DEV in files)
         assert ("--root-certificates" in argv_) == (DEV not in files)
+        assert ("--auth-supernode-private-key" in argv_) == (DEV not in files and NOAUTH not in files)
+        if SITE in files:
+            assert flag_value(argv_, "--superlink") == "fl.example.org:8000"
         if GPU in files:
             assert node["deploy"]["resources"]["reservations"]["devices"][0]["driver"] == "nvidia"
+    link = resolved["services"].get("superlink")
+    if link is not None:
+        assert ("--enable-supernode-auth" in link["command"]) == (DEV not in files and NOAUTH not in files)
 
 
 # --------------------------------------------------------------------------
@@ -434,14 +380,16 @@ def test_flags_exist_in_installed_flower_binaries(main):
     services = main["services"]
     link_help, node_help, run_help, dash_help = _helps(
         ("flower-superlink",), ("flower-supernode",), ("flwr", "run"), ("term-fl", "dashboard"))
-    dev = load(DEV)["services"]
-    used_link = _flags(argv(services["superlink"])) | _flags(dev["superlink"]["command"])
+    overrides = [load(NOAUTH)["services"], load(DEV)["services"]]
+    used_link = _flags(argv(services["superlink"])) | {f for o in overrides for f in _flags(o["superlink"]["command"])}
     used_node = set()
-    for profile in ("vehicle-sensor", "fairness"):
-        for name, svc in supernodes(main, profile).items():
-            used_node |= _flags(argv(svc)) | _flags(dev[name]["entrypoint"])
+    # term-fl-supernode hands every argument to flower-supernode
+    for doc in (main, load(SITE)):
+        for name, svc in supernodes(doc).items():
+            used_node |= _flags(argv(svc))
+            used_node |= {f for o in overrides if name in o for f in _flags(o[name]["entrypoint"])}
     used_run = set()
-    for profile in ("vehicle-sensor", "fairness"):
+    for profile in (*PROFILES, "server"):
         used_run |= _flags(argv(services[f"submit-{profile}"])[1:])
     for flag in used_link:
         assert re.search(rf"(^|\s|\[){re.escape(flag)}\b", link_help), f"flower-superlink has no {flag}"
@@ -472,9 +420,9 @@ def test_make_certs_covers_every_hostname(tmp_path, main):
                           check=True, capture_output=True, text=True).stdout
     san = text.split("Subject Alternative Name", 1)[1].splitlines()[1]
     hosts = {"127.0.0.1", "localhost"}
-    for profile in ("vehicle-sensor", "fairness"):
-        for svc in supernodes(main, profile).values():
-            hosts.add(flag_value(argv(svc), "--superlink").rsplit(":", 1)[0])
+    for svc in supernodes(main).values():
+        hosts.add(flag_value(argv(svc), "--superlink").rsplit(":", 1)[0])
+    for profile in (*PROFILES, "server"):
         hosts.add(main["services"][f"submit-{profile}"]["environment"]["TERM_FL_SUPERLINK_ADDRESS"].rsplit(":", 1)[0])
     for host in hosts:
         assert (f"IP Address:{host}" if host[0].isdigit() else f"DNS:{host}") in san, (host, san)
@@ -525,10 +473,7 @@ def test_submit_script_writes_the_connection_and_waits(tmp_path):
 
 
 def _load_check_data():
-    spec = importlib.util.spec_from_file_location("term_fl_check_data", REPO / "deploy" / "check_data.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_module("term_fl_check_data", REPO / "deploy" / "check_data.py")
 
 
 def test_check_data_says_what_is_missing_and_where_it_goes(tmp_path, monkeypatch, capsys):
@@ -567,9 +512,7 @@ def test_e2e_check_accepts_a_finished_run_and_names_what_is_missing(tmp_path):
     from term_fl.results import ResultsStore
     from term_fl.runs.run import run_one
 
-    spec = importlib.util.spec_from_file_location("term_fl_e2e_check", REPO / "deploy" / "e2e_check.py")
-    check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(check)
+    check = load_module("term_fl_e2e_check", REPO / "deploy" / "e2e_check.py")
     scenario = small_scenario("run.engine=inprocess", "run.evaluate_fraction=0.5")
     with ResultsStore(tmp_path / "results.db") as store:
         run_one(scenario, store, out_dir=tmp_path / "run")

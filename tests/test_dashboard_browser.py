@@ -244,7 +244,14 @@ def test_comparison_page_draws_every_view(page, server):
     wait_for_charts(page, COMPARE_CHARTS)
     cells = page.find_elements(By.CSS_SELECTOR, "#cells tbody tr")
     assert [row.find_element(By.TAG_NAME, "td").text for row in cells] == ["fedavg", "qffl q=1", "term t=1"]
-    assert "±" in cells[0].text and "reference" in cells[0].text
+    assert "±" in cells[0].text
+    # the paired differences: each cell minus FedAvg, every primary statistic, and what a mark means
+    differences = [[td.text for td in row.find_elements(By.TAG_NAME, "td")]
+                   for row in page.find_elements(By.CSS_SELECTOR, "#differences tbody tr")]  # fmt: skip
+    assert [row[:2] for row in differences] == [["qffl q=1", "fedavg"], ["term t=1", "fedavg"]]
+    heads = [th.text for th in page.find_elements(By.CSS_SELECTOR, "#differences thead th")]
+    assert heads[3:] == ["Δ device mean", "Δ pooled", "Δ worst 10%", "Δ std", "ahead from round"]
+    assert "significant: p_holm < 0.05" in page.find_element(By.ID, "differences-legend").text
     legend = [t.text for t in page.find_elements(By.CSS_SELECTOR, "#chart-ecdf .legendtext")]
     assert legend == ["fedavg (46 devices)", "qffl q=1 (23 devices)", "term t=1 (46 devices)"]
     assert not page.find_elements(By.CSS_SELECTOR, "#chart-ecdf .bars")  # lines, no overlaid histograms
@@ -257,18 +264,20 @@ def test_a_sweep_shows_its_tradeoff_choice_and_each_statistic_against_t_and_q(pa
     page.get(f"{server.url}/compare?scenario={SWEEP}")
     wait_for_charts(page, COMPARE_CHARTS)
     labels = [row.find_element(By.TAG_NAME, "td").text for row in page.find_elements(By.CSS_SELECTOR, "#cells tbody tr")]
-    assert [label.rstrip(" ★") for label in labels] == ["fedavg", "qffl q=1", "qffl q=5", "term t=1", "term t=5"]
-    assert sum("★" in label for label in labels) == 2  # one choice for q, one for t
+    assert [label.rstrip(" ✓") for label in labels] == ["fedavg", "qffl q=1", "qffl q=5", "term t=1", "term t=5"]
+    assert sum("✓" in label for label in labels) == 2  # one choice for q, one for t
+    assert "✓ chosen on the validation split" in page.find_element(By.ID, "cells-legend").text
     notices = page.find_element(By.ID, "notices").text
     assert "seed 0 ran 2 times" in notices and "a repeat, not a new sample" in notices
     legend = [t.text for t in page.find_elements(By.CSS_SELECTOR, "#chart-tradeoff-0 .legendtext")]
     assert legend == ["FedAvg", "q-FFL", "TERM", "chosen on validation"]
     sweeps = [h.text for h in page.find_elements(By.CSS_SELECTOR, "#sweeps h3")]
     assert sweeps == ["q-FFL: each statistic against q", "TERM: each statistic against t"]
-    # every column of the cells table, "ahead from round" (the last) included, is in view at 1400 px: no sideways scroll
-    wrap = page.find_element(By.CSS_SELECTOR, "#cells").find_element(By.XPATH, "./ancestor::div[@class='table-wrap']")
-    widths = page.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth]", wrap)
-    assert widths[0] <= widths[1], f"the cells table is {widths[0]} px wide in {widths[1]} px"
+    # every column of both tables, "ahead from round" (the last) included, is in view at 1400 px: no sideways scroll
+    for table in ("cells", "differences"):
+        wrap = page.find_element(By.ID, table).find_element(By.XPATH, "./ancestor::div[@class='table-wrap']")
+        widths = page.execute_script("return [arguments[0].scrollWidth, arguments[0].clientWidth]", wrap)
+        assert widths[0] <= widths[1], f"the {table} table is {widths[0]} px wide in {widths[1]} px"
     screenshot(page, "dashboard-comparison")
     split = page.find_element(By.ID, "compare-split")
     page.execute_script("arguments[0].value = 'val'; arguments[0].dispatchEvent(new Event('change'));", split)

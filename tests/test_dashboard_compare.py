@@ -11,12 +11,14 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from scipy import stats as scipy_stats
 from fastapi.testclient import TestClient
 from test_dashboard import naive_stats
 
@@ -131,16 +133,30 @@ def test_paired_differences_against_fedavg_over_common_seeds(client, sweep):
     data = client.get(f"/api/compare?scenario={SCENARIO}").json()
     fedavg = next(c for c in data["cells"] if c["strategy"] == "fedavg")
     assert data["reference"] == fedavg["key"] and data["reference_label"] == "fedavg"
+    assert data["difference_columns"] == ["mean", "pooled_mean", "worst_10", "std"]
     term1 = next(c for c in data["cells"] if c["label"] == "term t=1")
+    assert term1["baselines"] == {"fedavg": fedavg["key"]} and fedavg["baselines"] == {}
     for split in ("test", "val"):
-        for stat in ("mean", "worst_10", "std"):
-            diffs = [final(sweep[1], f"term-1-s{s}", split)[stat] - final(sweep[1], f"fedavg-s{s}", split)[stat]
-                     for s in SEEDS]  # fmt: skip
-            got = term1["vs_reference"][split][stat]
+        for stat in ("mean", "pooled_mean", "worst_10", "std"):
+            cell = [final(sweep[1], f"term-1-s{s}", split)[stat] for s in SEEDS]
+            ref = [final(sweep[1], f"fedavg-s{s}", split)[stat] for s in SEEDS]
+            diffs = [a - b for a, b in zip(cell, ref, strict=True)]
+            got = term1["differences"]["fedavg"][split][stat]
+            assert got == term1["vs_reference"][split][stat]  # the field of 0.2: against FedAvg
             assert got["mean"] == pytest.approx(statistics.fmean(diffs), abs=1e-12), (split, stat)
             assert got["se"] == pytest.approx(se(diffs), abs=1e-12)
             assert got["seeds"] == list(SEEDS)
-    assert fedavg["vs_reference"] is None
+            assert got["p_value"] == pytest.approx(scipy_stats.ttest_rel(cell, ref).pvalue)
+            assert got["p_holm"] >= got["p_value"] and got["significant"] is (got["p_holm"] < 0.05)
+    assert fedavg["differences"] == {} and fedavg["vs_reference"] is None
+    # Holm's family of a split: the 4 cells other than FedAvg x the 4 primary statistics
+    family = [c["differences"]["fedavg"]["test"][k]["p_value"] for c in data["cells"] if c["differences"]
+              for k in data["difference_columns"]]  # fmt: skip
+    assert len(family) == 16
+    smallest = next(c["differences"]["fedavg"]["test"][k] for c in data["cells"] if c["differences"]
+                    for k in data["difference_columns"] if c["differences"]["fedavg"]["test"][k]["p_value"] == min(family))
+    assert smallest["p_holm"] == pytest.approx(min(1.0, 16 * min(family)))
+    assert any("no mark is the expected result" in note for note in data["significance"]["notes"])
 
 
 def curves_of(client: TestClient, query: str) -> dict[str, dict[str, Any]]:
@@ -193,7 +209,9 @@ def test_the_comparison_answer_and_page_do_not_grow_with_the_runs_rounds(tmp_pat
             pages[rounds] = client.get(f"/compare?scenario={SCENARIO}").text
     assert [c["rounds"] for c in answers[40]["cells"]] == [40, 40]
     assert leaves(answers[40]) == leaves(answers[3])
-    assert len(pages[40]) < 1.02 * len(pages[3])  # the page inlines the answer: the same numbers, other digits
+    # the page inlines the answer: the same numbers (or nulls: a test not defined on these values), other digits
+    number = re.compile(r"null|-?\d+(\.\d+)?([eE][-+]?\d+)?")
+    assert len(number.sub("0", pages[40])) == len(number.sub("0", pages[3]))
     assert "/api/compare/curves" not in pages[3] and '"curves": {"test"' not in pages[40]
     assert leaves(curves[40]) > 10 * leaves(curves[3])  # every round: 2 cells x 2 splits x 8 statistics x 4 lists
 
@@ -372,7 +390,14 @@ def test_compare_cells_csv_has_every_statistic_with_its_error(client, sweep):
     assert float(row["test.worst_10.se"]) == pytest.approx(se(values), abs=1e-12)
     assert row["n_seeds"] == "3" and row["seeds"] == "0 1 2" and row["q"] == "1.0"
     assert rows["term t=5"]["repeated_seeds"] == "0"
-    assert rows["fedavg"]["test.worst_10.minus_reference.mean"] == ""
+    assert rows["fedavg"]["test.worst_10.minus_fedavg.mean"] == "" and rows["fedavg"]["minus_fedavg"] == ""
+    # the paired differences: the answer's numbers, as comparison.csv names them
+    answer = {c["label"]: c for c in client.get(f"/api/compare?scenario={SCENARIO}").json()["cells"]}
+    got = answer["qffl q=1"]["differences"]["fedavg"]["test"]["worst_10"]
+    for field in ("mean", "se", "p_value", "p_holm", "p_signflip"):
+        assert float(row[f"test.worst_10.minus_fedavg.{field}"]) == pytest.approx(got[field], rel=1e-12)
+    assert [float(row[f"test.worst_10.minus_fedavg.ci95_{end}"]) for end in ("lo", "hi")] == pytest.approx(got["ci95"])
+    assert row["minus_fedavg"] == answer["fedavg"]["key"]
 
 
 def test_compare_curves_and_runs_csv(client):

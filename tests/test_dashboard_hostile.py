@@ -118,12 +118,17 @@ def test_host_of_strips_the_port():
     assert [host_of(h) for h in ("a.b:80", "[::1]:8050", "X.org.", "1.2.3.4")] == ["a.b", "::1", "x.org", "1.2.3.4"]
 
 
-@pytest.mark.parametrize(("host", "warned"), [("0.0.0.0", True), ("192.168.1.10", True), ("127.0.0.1", False),
-                                             ("localhost", False)])
-def test_binding_beyond_loopback_warns_that_there_is_no_authentication(tmp_path, capsys, monkeypatch, host, warned):
+@pytest.mark.parametrize(("host", "asks"), [("0.0.0.0", True), ("192.168.1.10", True), ("127.0.0.1", False),
+                                          ("localhost", False)])
+def test_binding_beyond_loopback_asks_for_a_printed_token(tmp_path, capsys, monkeypatch, host, asks):
     seen = {}
+    monkeypatch.delenv("TERM_FL_DASHBOARD_TOKEN", raising=False)
     monkeypatch.setattr("term_fl.dashboard.serve", lambda db, **kw: seen.update(kw))
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--host", host, "--allowed-host", "lab.example"]) == 0
-    err = capsys.readouterr().err
-    assert ("no authentication" in err) is warned
+    out = capsys.readouterr().out
+    assert (seen["token"] is not None) is asks
+    if asks:
+        assert f"http://{host}:8050/?token={seen['token']}" in out and len(seen["token"]) >= 32
+    else:
+        assert "?token=" not in out and "no token: this machine only" in out
     assert seen["allowed_hosts"] == ["lab.example"] and seen["host"] == host

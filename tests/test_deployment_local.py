@@ -1,11 +1,16 @@
 """The compose topology as local processes on loopback (no Docker engine needed).
 
-Starts what docker-compose.yml's `fairness` profile starts, with the same
-flags (taken from the compose file, paths and addresses made local): a TLS
-SuperLink, SuperNodes with the profile's --node-config values, and the
-submitter (deploy/submit.sh + `flwr run <repo> local-test --stream`). One
-SuperNode is killed (SIGKILL, a crash) once round 1 is in the results store;
-the run must go on with the others, and every recorded round must be intact.
+deploy/local_topology.py starts what docker-compose.yml's ``fairness``
+profile starts, with the same flags: a TLS SuperLink with SuperNode
+authentication, a registered key per SuperNode, SuperNodes under
+``term-fl-supernode`` (ClientApp processes forked from one that imported
+torch), and the submitter (deploy/submit.sh + ``flwr run``).
+
+- One SuperNode is killed (SIGKILL, a crash) once round 1 is in the results
+  store; the run must go on with the others, and every recorded round must
+  be intact.
+- The same run with forked ClientApps and with Flower's fresh process per
+  message (``TERM_FL_PREFORK=0``) stores the same numbers, bit for bit.
 
 Every process started here is stopped at the end (SuperNodes before the
 SuperLink; SIGTERM, then SIGKILL after a timeout), whatever happens.
@@ -14,174 +19,30 @@ SuperLink; SIGTERM, then SIGKILL after a timeout), whatever happens.
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
-
-yaml = pytest.importorskip("yaml", reason="pyyaml is a test extra: pip install -e '.[test]'")
+from compose_files import REPO, load_module
 
 pytestmark = pytest.mark.slow
 
-REPO = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+topology = load_module("term_fl_local_topology", REPO / "deploy" / "local_topology.py")
+
 NUM_NODES = 4
 ROUNDS = 3
 CLIENTS_PER_ROUND = 3
 # A crashed SuperNode stays "online" at the SuperLink until it misses two 30 s
 # heartbeats (Flower 1.42 constants): until then every phase that addresses it
-# waits run.round_timeout. The timeout must still let live replies arrive: a
-# ClientApp is a fresh process that imports torch (after a SuperNode poll of up
-# to 3 s and a SuperExec poll of 1 s), so it is scaled by how long that import
-# takes here: 8x, at least 30 s (20 s missed round 1 at load 52; measured: a phase takes about 5x the import on
-# a loaded 2-core machine); TERM_FL_TEST_ROUND_TIMEOUT overrides.
+# waits run.round_timeout. The timeout must still let live replies arrive:
+# scaled by how long importing torch and term-fl takes here (a measure of the
+# machine's load), 8x, at least 30 s; TERM_FL_TEST_ROUND_TIMEOUT overrides.
 MIN_ROUND_TIMEOUT_S = 30
 RUN_DEADLINE_S = 300
-SECRETS_DIR = "/run/secrets/"
-
-
-# --------------------------------------------------------------------------
-# Process bookkeeping
-# --------------------------------------------------------------------------
-
-
-class Processes:
-    """Processes started by this test; stopped in order by the fixture's finalizer."""
-
-    def __init__(self, tmp: Path):
-        self.tmp = tmp
-        self.marker = f"TERM_FL_DEPLOY_TEST={uuid.uuid4().hex}"
-        self.cli: list[subprocess.Popen] = []
-        self.supernodes: list[subprocess.Popen] = []
-        self.superlinks: list[subprocess.Popen] = []
-        self.logs: dict[str, Path] = {}
-
-    def env(self, flwr_home: Path, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("FLWR_", "TERM_FL_"))}
-        key, value = self.marker.split("=", 1)
-        env.update(
-            PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}",  # flower-superexec, flwr-* of this venv
-            FLWR_HOME=str(flwr_home),
-            FLWR_TELEMETRY_ENABLED="0",
-            FLWR_DISABLE_UPDATE_CHECK="1",
-            FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1",
-            RAY_USAGE_STATS_ENABLED="0",
-            PYTHONUNBUFFERED="1",
-            **{key: value},
-        )
-        env.update(extra)
-        return env
-
-    def start(self, group: list[subprocess.Popen], name: str, cmd: list[str], env: dict[str, str]):
-        log = self.tmp / f"{name}.log"
-        self.logs[name] = log
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(cmd, env=env, cwd=self.tmp, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        group.append(proc)
-        return proc
-
-    @staticmethod
-    def signal_group(proc: subprocess.Popen, sig: int) -> None:
-        try:
-            os.killpg(proc.pid, sig)  # the group of a child we started (start_new_session)
-        except ProcessLookupError:
-            pass
-
-    def stop(self, proc: subprocess.Popen, timeout: float = 10.0) -> None:
-        self.signal_group(proc, signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            pass
-        self.signal_group(proc, signal.SIGKILL)  # also whatever the leader left in its group
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-
-    def stop_all(self) -> None:
-        for proc in self.cli:
-            self.stop(proc, timeout=5)
-        for proc in self.supernodes:  # SuperNodes before the SuperLink
-            self.stop(proc)
-        for proc in self.superlinks:
-            self.stop(proc)
-        self.sweep()
-
-    def sweep(self) -> None:
-        """SIGKILL descendants that left their group (the SuperLink's SuperExec starts a new session)."""
-        needle = self.marker.encode()
-        for entry in Path("/proc").glob("[0-9]*"):
-            try:
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except (OSError, ValueError):
-                continue
-
-    def tail(self, name: str, lines: int = 40) -> str:
-        path = self.logs.get(name)
-        if path is None or not path.exists():
-            return f"[{name}: no log]"
-        text = path.read_text(errors="replace").splitlines()[-lines:]
-        return f"--- {name} (last {len(text)} lines) ---\n" + "\n".join(text)
-
-    def tails(self) -> str:
-        return "\n".join(self.tail(name) for name in self.logs)
-
-
-@pytest.fixture
-def procs(tmp_path, request):
-    p = Processes(tmp_path)
-    request.addfinalizer(p.stop_all)
-    return p
-
-
-# --------------------------------------------------------------------------
-# The topology, from docker-compose.yml
-# --------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def compose_argv(service: dict) -> list[str]:
-    return [*(service.get("entrypoint") or []), *(service.get("command") or [])]
-
-
-def localize(args: list[str], certs: Path, replace: dict[str, str]) -> list[str]:
-    """Compose paths and addresses -> local ones (secrets -> the test's certificates)."""
-    out = []
-    for a in args:
-        a = replace.get(a, a)
-        if a.startswith(SECRETS_DIR):
-            a = str(certs / a[len(SECRETS_DIR):])
-        out.append(a)
-    return out
-
-
-def set_flag(args: list[str], flag: str, value: str) -> list[str]:
-    if flag in args:
-        args = list(args)
-        args[args.index(flag) + 1] = value
-        return args
-    return [*args, flag, value]
-
-
-def parse_run_config(text: str) -> dict[str, str]:
-    pattern = re.compile(r"(\S+?)=(\'[^\']*\'|\"[^\"]*\"|\S+)")  # flwr's run-config parser
-    return {k: v.strip("\"'") for k, v in pattern.findall(text)}
 
 
 def rows(db: Path, sql: str, *params) -> list[tuple]:
@@ -197,129 +58,78 @@ def rows(db: Path, sql: str, *params) -> list[tuple]:
         return []
 
 
-def round_timeout_s(env: dict[str, str]) -> int:
-    """run.round_timeout for this machine: 8 x the start-up time of a ClientApp process."""
+def round_timeout_s() -> int:
+    """run.round_timeout for this machine: 8 x the time it takes to import torch and term-fl's ClientApp."""
     if os.environ.get("TERM_FL_TEST_ROUND_TIMEOUT"):
         return int(os.environ["TERM_FL_TEST_ROUND_TIMEOUT"])
     t0 = time.monotonic()
     subprocess.run([sys.executable, "-c", "import torch, flwr.clientapp, term_fl.clientapp.app"],
-                   check=True, timeout=180, env=env, capture_output=True)
+                   check=True, timeout=180, capture_output=True)
     return max(MIN_ROUND_TIMEOUT_S, int(8 * (time.monotonic() - t0)) + 1)
 
 
-def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_path):
+@pytest.fixture
+def local(tmp_path, request):
+    """A LocalTopology factory; every topology it made is stopped at the end."""
+    made = []
+
+    def make(name: str, nodes: int, **env: str):
+        topo = topology.LocalTopology(tmp_path / name, nodes, env=env)
+        made.append(topo)
+        return topo
+
+    yield make
+    for topo in made:
+        topo.stop_all()
+
+
+def needs_flower() -> None:
+    for exe in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr", "term-fl-supernode"):
+        if not (topology.BIN / exe).exists():
+            pytest.skip(f"{exe} is not installed in {topology.BIN}")
+
+
+def test_compose_topology_runs_locally_and_survives_a_dead_supernode(local):
+    needs_flower()
     t_start = time.monotonic()
-    for exe in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr"):
-        if not (BIN / exe).exists():
-            pytest.skip(f"{exe} is not installed in {BIN}")
-    round_timeout = round_timeout_s(procs.env(tmp_path / "flwr-probe"))
-    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
-    services = compose["services"]
-
-    # TLS material, made by the same script as for compose
-    certs = tmp_path / "certs"
-    subprocess.run(["bash", str(REPO / "deploy" / "make-certs.sh"), str(certs)], check=True,
-                   capture_output=True, timeout=120)
-
-    # SuperLink: the compose command, on loopback and a free port
-    port = free_port()
-    link_cmd = localize(compose_argv(services["superlink"]), certs, {})
-    link_cmd = set_flag(set_flag(link_cmd, "--host", "127.0.0.1"), "--port", str(port))
-    assert link_cmd[0] == "flower-superlink" and "--disable-runtime-dependency-installation" in link_cmd
-    link_cmd[0] = str(BIN / link_cmd[0])
-    procs.start(procs.superlinks, "superlink", link_cmd, procs.env(tmp_path / "flwr-superlink"))
-
-    # SuperNodes: the first NUM_NODES of the fairness profile, num-partitions made consistent
-    fairness = sorted(
-        (s for s in services.values()
-         if "fairness" in s.get("profiles", []) and compose_argv(s)[:1] == ["flower-supernode"]),
-        key=lambda s: int(re.search(r"partition-id=(\d+)", " ".join(compose_argv(s))).group(1)),
-    )[:NUM_NODES]
-    assert len(fairness) == NUM_NODES
-    node_procs: dict[int, subprocess.Popen] = {}
-    for svc in fairness:
-        args = compose_argv(svc)
-        host = args[args.index("--superlink") + 1]
-        args = localize(args, certs, {host: f"127.0.0.1:{port}"})
-        node_config = re.sub(r"num-partitions=\d+", f"num-partitions={NUM_NODES}",
-                             args[args.index("--node-config") + 1])
-        args = set_flag(args, "--node-config", node_config)
-        pid = int(re.search(r"partition-id=(\d+)", node_config).group(1))
-        # each SuperNode opens its own runtime API: distinct ports on one host (default 9094)
-        args = [str(BIN / args[0]), *args[1:], "--host", "127.0.0.1", "--port", str(free_port())]
-        assert "--root-certificates" in args and "--insecure" not in args
-        node_procs[pid] = procs.start(procs.supernodes, f"supernode-{pid}", args,
-                                      procs.env(tmp_path / f"flwr-node-{pid}"))
-    assert sorted(node_procs) == list(range(NUM_NODES))
-
-    # Submitter: deploy/submit.sh + flwr run, with the fairness profile's run config
-    submit = compose_argv(services["submit-fairness"])
-    submit_env = services["submit-fairness"]["environment"]
-    run_config = parse_run_config(submit[submit.index("--run-config") + 1])
-    scenario = run_config["scenario"]
-    if scenario and not (REPO / scenario).is_file():
-        print(f"note: {scenario} (fairness profile) is not in the repository: using the embedded default scenario")
-        scenario = ""
-    # compose's ${VAR:-default} interpolation, with the defaults (no variables set)
-    defaults = re.sub(r"\$\{\w+(?::-([^}]*))?\}", lambda m: m[1] or "", run_config["overrides"])
-    overrides = dict(item.split("=", 1) for item in shlex.split(defaults))
-    overrides.update({
-        "data.num_devices": str(NUM_NODES),
-        "run.rounds": str(ROUNDS),
-        "run.clients_per_round": str(CLIENTS_PER_ROUND),
-        "run.round_timeout": str(round_timeout),
-        "run.node_timeout": "90",
-        "data.max_samples": "200",
-        "client.device": "cpu",
-    })
-    results = tmp_path / "results"
-    rc_value = (f'scenario="{scenario}" overrides="{" ".join(f"{k}={v}" for k, v in overrides.items())}" '
-                f'results-dir="{results}"')
-    app_dir = submit[submit.index("run") + 1]
-    connection = submit_env["TERM_FL_CONNECTION"]
-    submit = localize(submit, certs, {app_dir: str(REPO), connection: "local-test"})
-    submit = set_flag(submit, "--run-config", rc_value)
-    submit = ["sh", str(REPO / "deploy" / "submit.sh"), *submit[1:]]
-    assert submit[2:7] == ["flwr", "run", str(REPO), "local-test", "--stream"]
-    cli = procs.start(
-        procs.cli, "flwr-run", submit,
-        procs.env(tmp_path / "flwr-cli", TERM_FL_SUPERLINK_ADDRESS=f"127.0.0.1:{port}",
-                  TERM_FL_CONNECTION="local-test", TERM_FL_ROOT_CERTIFICATES=str(certs / "ca.crt"),
-                  TERM_FL_WAIT_TIMEOUT="60"),
-    )
-    config_toml = (tmp_path / "flwr-cli" / "config.toml")
+    round_timeout = round_timeout_s()
+    topo = local("crash", NUM_NODES)
+    topo.up()
+    cli = topo.submit(f"run.clients_per_round={CLIENTS_PER_ROUND} run.round_timeout={round_timeout} "
+                      "run.node_timeout=90 data.max_samples=200 client.device=cpu", rounds=ROUNDS)
 
     # Wait for round 1 in the results store, then crash one SuperNode
-    db = results / "results.db"
+    db = topo.results / "results.db"
     victim = NUM_NODES - 1
     deadline = time.monotonic() + RUN_DEADLINE_S
     while not rows(db, "SELECT round FROM rounds WHERE round = 1"):
         if cli.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"round 1 never recorded (flwr run exit {cli.poll()}):\n{procs.tails()}")
+            pytest.fail(f"round 1 never recorded (flwr run exit {cli.poll()}):\n{topo.tails()}")
         time.sleep(0.5)
     first = rows(db, "SELECT status, num_included, duration_s FROM rounds WHERE round = 1")[0]
     assert first[0] == "ok", (
         f"round 1 got no valid reply within run.round_timeout={round_timeout} s ({first}); on a busy "
-        f"machine raise it with TERM_FL_TEST_ROUND_TIMEOUT=60\n{procs.tails()}"
+        f"machine raise it with TERM_FL_TEST_ROUND_TIMEOUT=60\n{topo.tails()}"
     )
     t_kill = time.monotonic()
-    procs.signal_group(node_procs[victim], signal.SIGKILL)
-    node_procs[victim].wait(timeout=10)
+    topo.signal_group(topo.supernodes[victim], signal.SIGKILL)  # the launcher, the SuperNode, its ClientApps
+    topo.supernodes[victim].wait(timeout=10)
     kill_round = max(r for (r,) in rows(db, "SELECT round FROM rounds"))
 
     try:
         cli.wait(timeout=max(1.0, deadline - time.monotonic()))
     except subprocess.TimeoutExpired:
-        pytest.fail(f"flwr run did not finish within {RUN_DEADLINE_S} s:\n{procs.tails()}")
+        pytest.fail(f"flwr run did not finish within {RUN_DEADLINE_S} s:\n{topo.tails()}")
     t_end = time.monotonic()
 
     # ---- what the store holds
+    config_toml = topo.work / "home-flwr-run" / "config.toml"
     assert 'root-certificates = "/' in config_toml.read_text(), "the connection must use an absolute CA path"
     runs = rows(db, "SELECT run_id, status, rounds_completed, rounds_planned, error FROM runs")
-    assert len(runs) == 1, f"{runs}\n{procs.tails()}"
+    assert len(runs) == 1, f"{runs}\n{topo.tails()}"
     run_id, status, completed, planned, error = runs[0]
-    assert (status, completed, planned) == ("finished", ROUNDS, ROUNDS), f"{runs[0]} {error}\n{procs.tails()}"
-    assert cli.returncode == 0, procs.tail("flwr-run")
+    assert (status, completed, planned) == ("finished", ROUNDS, ROUNDS), f"{runs[0]} {error}\n{topo.tails()}"
+    assert cli.returncode == 0, topo.tail("flwr-run")
 
     recorded = [r for (r,) in rows(db, "SELECT round FROM rounds WHERE run_id = ? ORDER BY round", run_id)]
     assert recorded == list(range(1, ROUNDS + 1))
@@ -352,7 +162,7 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
             assert {pid for pid, included, _, _ in train if included} <= survivors
     last_eval = {r[0] for r in rows(db, "SELECT partition_id FROM device_eval WHERE run_id = ? AND round = ? "
                                         "AND split = 'test'", run_id, recorded[-1])}
-    assert last_eval and last_eval <= survivors, (last_eval, procs.tails())
+    assert last_eval and last_eval <= survivors, (last_eval, topo.tails())
     if last_eval != survivors:
         print(f"note: only partitions {sorted(last_eval)} of the survivors {sorted(survivors)} replied "
               f"within run.round_timeout={round_timeout} s in the last round (busy machine?)")
@@ -361,3 +171,58 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
     print(f"\nlocal deployment test: wall {wall:.1f} s (run after kill {t_end - t_kill:.1f} s; "
           f"{NUM_NODES} SuperNodes, {ROUNDS} rounds, run.round_timeout={round_timeout} s, "
           f"SuperNode {victim} killed after round {kill_round})")
+
+
+# What a run stores that does not depend on when or where it ran (run ids, times and paths left out).
+STORED = {
+    "rounds": "SELECT round, status, num_sampled, num_included, excluded_json FROM rounds ORDER BY round",
+    "device_train": "SELECT round, partition_id, sampled, included, train_loss, train_loss_after, tilted_weight, "
+                    "num_examples FROM device_train ORDER BY round, partition_id",
+    "device_eval": "SELECT round, partition_id, split, loss, accuracy, correct, examples FROM device_eval "
+                   "ORDER BY round, split, partition_id",
+    "round_stats": "SELECT round, split, mean, pooled_mean, worst_10, best_10, std, stats_json, var, cvar, evar, tivar "
+                   "FROM round_stats ORDER BY round, split",
+    "runs": "SELECT name, scenario, engine, strategy, strategy_params_json, seed, config_hash, status, "
+            "rounds_completed FROM runs",
+}
+
+
+def stored(db: Path) -> dict[str, list[tuple]]:
+    return {table: rows(db, sql) for table, sql in STORED.items()}
+
+
+def final_model(results: Path):  # noqa: ANN201
+    import torch
+
+    (run_dir,) = [p for p in results.iterdir() if (p / "model.pt").is_file()]
+    return torch.load(run_dir / "model.pt", map_location="cpu", weights_only=True)
+
+
+def test_forked_clientapps_store_the_numbers_of_a_fresh_process_per_message(local):
+    """Same seed, same stored results: term-fl-supernode's forked ClientApps against Flower's own
+    flwr-clientapp per message (TERM_FL_PREFORK=0), every stored row and the final model compared exactly."""
+    needs_flower()
+    # both deployments at once (their own ports and folders): when a reply comes changes no number
+    topologies = {name: local(name, 3, TERM_FL_PREFORK=prefork) for name, prefork in (("forked", "1"),
+                                                                                        ("per-message", "0"))}
+    for topo in topologies.values():
+        topo.up()
+    clis = {name: topo.submit("run.clients_per_round=2 run.seed=5 strategy.t=2.0 client.device=cpu", rounds=2)
+            for name, topo in topologies.items()}
+    results = {}
+    for name, topo in topologies.items():
+        try:
+            code = clis[name].wait(timeout=RUN_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name}: flwr run did not finish within {RUN_DEADLINE_S} s:\n{topo.tails()}")
+        assert code == 0, topo.tails()
+        logs = "\n".join(p.read_text(errors="replace") for p in topo.work.glob("fairness-supernode-*.log"))
+        assert ("imported once" in logs) == (name == "forked"), f"{name}: which ClientApp processes ran"
+        results[name] = (stored(topo.results / "results.db"), final_model(topo.results))
+    (forked, forked_model), (fresh, fresh_model) = results["forked"], results["per-message"]
+    assert forked["runs"][0][7:] == ("finished", 2) and len(forked["device_eval"]) == 2 * 2 * 3
+    for table in STORED:
+        assert forked[table] == fresh[table], f"{table} differs between forked and fresh ClientApp processes"
+    assert forked_model.keys() == fresh_model.keys()
+    for key, tensor in forked_model.items():
+        assert tensor.equal(fresh_model[key]), key

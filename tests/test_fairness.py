@@ -19,6 +19,8 @@ from hypothesis import strategies as st
 
 from term_fl.maths.fairness import (
     STATISTICS,
+    Statistic,
+    flagged,
     best_10,
     entropy,
     fairness_summary,
@@ -505,6 +507,28 @@ def test_directions_say_which_way_is_better():
     assert [s.key for s in STATISTICS if s.headline] == ["mean", "pooled_mean", "worst_10", "best_10", "std"]
     with pytest.raises(ValueError, match="unknown statistic 'worst_5'; allowed: mean, pooled_mean"):
         statistic("worst_5")
+
+
+def test_the_flags_name_the_four_primary_statistics_the_tradeoff_axes_and_the_lift():
+    # the lists every comparison surface shows come from these flags (term_fl.comparison.table.PRIMARY, the
+    # sweep's paired columns, the dashboard's difference columns, curves and trade-off charts)
+    assert flagged("primary") == ("mean", "pooled_mean", "worst_10", "std")
+    assert flagged("tradeoff", "x") == ("mean",) and flagged("tradeoff", "y") == ("worst_10", "std")
+    assert flagged("lift") == ("worst_10",) and flagged("group", "risk") == ("var", "cvar", "evar", "tivar")
+    with pytest.raises(ValueError, match="unknown flag 'primry'; allowed: key, label"):
+        flagged("primry")
+    with pytest.raises(ValueError, match="Statistic 'x': tradeoff must be '', 'x' or 'y', got 'z'"):
+        Statistic("x", "x", "accuracy", 1, tradeoff="z")
+
+
+def test_every_surface_lists_the_flagged_statistics():
+    from term_fl.cli.sweep import PAIRED_COLUMNS
+    from term_fl.comparison.table import PRIMARY
+    from term_fl.dashboard.queries import CURVE_PANELS, TRADEOFF
+
+    assert [key.split(".")[1] for key, _ in PAIRED_COLUMNS] == list(PRIMARY) == list(flagged("primary"))
+    assert [panel["key"] for panel in CURVE_PANELS][:-1] == list(flagged("primary"))
+    assert TRADEOFF == {"x": "mean", "y": ["worst_10", "std"], "sweep_stats": ["mean", "worst_10", "std"]}
 
 
 def test_the_two_accuracies_are_named_device_mean_and_pooled_never_average():

@@ -1,4 +1,4 @@
-"""How term-fl installs: `pip install term-fl` is the strategies with Flower and numpy; extras bring the rest.
+"""How term-fl installs: `pip install term-fl` is the strategies with Flower, numpy and pydantic; extras bring the rest.
 
 The slow test builds the wheel, installs it in a fresh venv outside the
 repository and runs the README's plug-in example and `term-fl run` from it.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.version import Version
 
 import term_fl
 from term_fl.common.extras import EXTRA_MODULES
@@ -28,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
 NOT_FOR_STRATEGIES = ("ray", "torch", "fastapi", "plotly")
 # The distribution that provides each module term_fl.common.extras names.
-DISTRIBUTION_OF = {"torch": "torch", "ray": "ray", "plotly": "plotly", "jinja2": "jinja2"}
+DISTRIBUTION_OF = {"torch": "torch", "ray": "ray", "plotly": "plotly", "jinja2": "jinja2", "scipy": "scipy"}
 
 
 def clean_env() -> dict[str, str]:
@@ -43,12 +44,49 @@ def python(code: str, *, block: tuple[str, ...] = (), cwd: Path = REPO, exe: str
                           text=True, timeout=300, check=False, env=clean_env())
 
 
-def test_the_plain_install_needs_only_flower_and_numpy():
+def test_the_plain_install_needs_only_flower_numpy_and_pydantic():
     names = sorted(Requirement(r).name for r in PYPROJECT["project"]["dependencies"])
-    assert names == ["flwr", "numpy"]
+    assert names == ["flwr", "numpy", "pydantic"]
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert {"sim", "dashboard", "all", "test"} <= set(extras)
-    assert [str(Requirement(r)) for r in extras["all"]] == ["term-fl[dashboard,sim]"]
+    assert {"sim", "dashboard", "all", "test", "test-frameworks"} <= set(extras)
+    assert [str(Requirement(r)) for r in extras["all"]] == ["term-fl[dashboard,fast,sim]"]
+    assert [Requirement(r).name for r in extras["fast"]] == ["numba"]  # optional: the compiled executor falls back
+
+
+def all_requirements() -> list[Requirement]:
+    project = PYPROJECT["project"]
+    return [Requirement(r) for r in project["dependencies"] + sum(project["optional-dependencies"].values(), [])]
+
+
+def test_every_flower_requirement_is_the_same_range_of_releases():
+    """Extras included: a pin would make `pip install term-fl` replace a newer Flower (or flwr-nightly's files)."""
+    flower = [r for r in all_requirements() if r.name == "flwr"]
+    assert len(flower) == 2  # the plain install and the sim extra (flwr[simulation])
+    for req in flower:
+        assert str(req.specifier) == "<1.44,>=1.42", req
+        assert [v in req.specifier for v in ("1.41.0", "1.42.0", "1.42.3", "1.43.0", "1.44.0")] == [
+            False, True, True, True, False]
+
+
+def test_pydantic_is_declared_by_the_plain_install_because_the_strategies_import_it():
+    importing = [p.name for p in (REPO / "term_fl" / "strategies").glob("*.py")
+                 if "from pydantic import" in p.read_text()]
+    assert importing, "the strategies' settings are pydantic models"
+    (pydantic,) = [Requirement(r) for r in PYPROJECT["project"]["dependencies"] if r.startswith("pydantic")]
+    assert Version("2.7") in pydantic.specifier and Version("3.0") not in pydantic.specifier
+
+
+def test_the_template_apps_frameworks_are_an_extra_of_their_own():
+    """JAX, Flax and scikit-learn are for tests/plugin_apps (scripts/plugin_apps.sh), not for `[all,test]`."""
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert sorted(Requirement(r).name for r in extras["test-frameworks"]) == ["flax", "jax", "jaxlib", "scikit-learn"]
+    assert not {"jax", "jaxlib", "flax", "scikit-learn"} & {Requirement(r).name for r in extras["test"] + extras["sim"]}
+
+
+def test_the_readme_says_how_to_install_next_to_flwr_nightly():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Flower versions"):]
+    assert "pip install --no-deps term-fl" in section and "flwr-nightly" in section
 
 
 def test_each_module_term_fl_asks_an_extra_for_is_in_that_extra():
@@ -214,7 +252,7 @@ def test_wheel_installs_outside_the_repo_and_runs_the_plugin_example_and_term_fl
         metadata = Parser().parsestr(archive.read("term_fl-0.3.0.dist-info/METADATA").decode())
         names = archive.namelist()
     requires = [Requirement(r) for r in metadata.get_all("Requires-Dist")]
-    assert sorted(r.name for r in requires if r.marker is None) == ["flwr", "numpy"]
+    assert sorted(r.name for r in requires if r.marker is None) == ["flwr", "numpy", "pydantic"]
     assert {"sim", "dashboard", "all"} <= set(metadata.get_all("Provides-Extra"))
     assert not any(n.startswith(("tests/", "server/", "client/", "benchmarks/")) for n in names)
 

@@ -136,9 +136,20 @@ def test_a_round_without_any_loss_is_an_error_that_says_what_to_add(make):
     assert "'train_loss_before'" in message
     assert "loss of the received global model on the client's training data, measured before local training" in message
     assert "loss_before = pre_training_loss(model, trainloader, loss_fn)" in message
-    assert 'metrics["train_loss_before"] = loss_before' in message
+    assert "metrics.update(train_metrics(loss_before))" in message
+    assert 'keys=("img", "label")' in message, "Flower Datasets' dict batches"
     assert type(strategy).__name__ in message and "round 1" in message
     assert strategy.last_round is None, "nothing recorded for a misconfigured round"
+
+
+def test_the_error_for_summed_losses_shows_with_sum_and_another_key_is_set_by_hand():
+    with pytest.raises(AggregationError) as info:
+        aggregate(TermFedAvg(1.0, loss_reduction="sum"), [{"num-examples": 1}, {"num-examples": 3}])
+    assert "pre_training_loss(model, trainloader, loss_fn, with_sum=True)" in str(info.value)
+    assert "'train_loss_before_sum'" in str(info.value)
+    with pytest.raises(AggregationError) as info:
+        aggregate(TermFedAvg(1.0, train_loss_key="my_loss"), [{"num-examples": 1}, {"num-examples": 3}])
+    assert 'metrics["my_loss"] = loss_before' in str(info.value)
 
 
 def test_the_error_names_the_configured_key():

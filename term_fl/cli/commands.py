@@ -32,9 +32,10 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
     p.add_argument("--rounds", type=int, help="shortcut for --set run.rounds=N")
     p.add_argument("--seed", type=int, help="shortcut for --set run.seed=S")
     p.add_argument("--engine", choices=["flower", "inprocess"], help="shortcut for --set run.engine=E")
-    p.add_argument("--executor", choices=["sequential", "cohort"],
+    p.add_argument("--executor", choices=["auto", "sequential", "cohort", "compiled"],
                    help="shortcut for --set run.executor=X (cohort: a round's clients as one batched "
-                        "computation; in-process engine only)")
+                        "computation; compiled: the same, the linear models' SGD in one compiled kernel; "
+                        "in-process engine only; auto, the default: compiled for the linear models in-process)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
     p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")
@@ -60,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     dash = sub.add_parser("dashboard", help="serve the fairness dashboard over the results store (read-only)",
                           parents=[common])
     dash.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
-    dash.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    dash.add_argument("--host", default="127.0.0.1",
+                      help="address to bind (default 127.0.0.1: this machine only, no token); any other address asks "
+                           "for an access token, made at start and printed, or taken from $TERM_FL_DASHBOARD_TOKEN")
     dash.add_argument("--port", type=int, default=8050)
     dash.add_argument("--access-log", action="store_true", help="log every HTTP request (off by default)")
     dash.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME",
@@ -228,10 +231,10 @@ def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from term_fl.dashboard.queries import COMPARE_STATS, statistics
+    from term_fl.dashboard.queries import statistics
     from term_fl.strategies.registry import cell_label
 
-    stats = sorted((s for s in statistics() if s["key"] in COMPARE_STATS), key=lambda s: COMPARE_STATS.index(s["key"]))
+    stats = [s for s in statistics() if s["headline"]]
     shown = f"the newest {len(runs)} of {total} runs (--limit 0: all)" if len(runs) < total else f"{total} runs"
     table = Table(title=f"{shown} in {db} (test split, last evaluated round)", title_justify="left")
     table.add_column("run id", no_wrap=True, min_width=max((len(r["run_id"]) for r in runs), default=6))
@@ -252,16 +255,25 @@ def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
 
 def cmd_dashboard(args: argparse.Namespace) -> int:
     from term_fl.dashboard import serve
-
-    from term_fl.dashboard.hosts import is_loopback
+    from term_fl.dashboard.access import TOKEN_ENV, token_for
 
     db = store_path(args)
-    if not is_loopback(args.host):
-        print(f"term-fl dashboard: warning: --host {args.host} serves the dashboard beyond this machine, and it has "
-              f"no authentication: anyone who can reach port {args.port} can read every run in {db}. Use it only on "
-              "a trusted network (or keep the default 127.0.0.1 and forward the port).", file=sys.stderr)
-    print(f"term-fl dashboard: http://{args.host}:{args.port}/  (store {db}, read-only; Ctrl-C to stop)")
-    serve(db, host=args.host, port=args.port, access_log=args.access_log, allowed_hosts=args.allowed_hosts)
+    given = os.environ.get(TOKEN_ENV, "").strip() or None
+    try:
+        token = token_for(args.host, given)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    url = f"http://{args.host}:{args.port}/"
+    if token is None:
+        access = "no token: this machine only"
+    elif given:
+        access = f"token from ${TOKEN_ENV}"
+    else:
+        url += f"?token={token}"
+        access = "open this address once (it sets a cookie); scripts send 'Authorization: Bearer TOKEN'"
+    print(f"term-fl dashboard: {url}  (store {db}, read-only; {access}; Ctrl-C to stop)", flush=True)
+    serve(db, host=args.host, port=args.port, access_log=args.access_log, allowed_hosts=args.allowed_hosts,
+          token=token)
     return 0
 
 
@@ -280,9 +292,9 @@ COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": c
 # What a command needs beyond `pip install term-fl` (the Flower engine checks for Ray itself).
 EXTRAS_NEEDED = {
     "run": ("sim", ("torch",)),
-    "sweep": ("sim", ("torch",)),
-    "dashboard": ("dashboard", ("plotly", "jinja2")),
-    "report": ("dashboard", ("plotly", "jinja2")),
+    "sweep": ("sim", ("torch", "scipy")),
+    "dashboard": ("dashboard", ("plotly", "jinja2", "scipy")),
+    "report": ("dashboard", ("plotly", "jinja2", "scipy")),
 }
 
 

@@ -22,8 +22,8 @@ from rich.progress import BarColumn, Progress, ProgressColumn, SpinnerColumn, Ta
 from rich.table import Column, Table
 from rich.text import Text
 
-from term_fl.config import Scenario
-from term_fl.maths.fairness import STATISTICS
+from term_fl.config import Scenario, executor_of
+from term_fl.maths.fairness import STATISTICS, flagged, statistic
 
 if TYPE_CHECKING:  # the server loop imports Flower and torch: `term-fl runs` needs neither
     from term_fl.federation.loop import RoundRecord
@@ -99,7 +99,9 @@ def clients_words(scenario: Scenario) -> str:
         device = resolve_device(scenario.client.device)
     except (RuntimeError, ValueError) as exc:
         return f"clients: {exc}"
-    together = ", a round's clients together (cohort executor)" if scenario.run.executor == "cohort" else ""
+    together = {"cohort": ", a round's clients together (cohort executor)",
+                "compiled": ", a round's clients together in one compiled kernel (compiled executor)",
+                }.get(executor_of(scenario), "")
     if device.type == "cpu":
         return f"clients train on the CPU{together}"
     share = scenario.resources.num_gpus
@@ -125,12 +127,15 @@ def run_header(scenario: Scenario, num_devices: int) -> Group:
     return Group(title, Padding(grid, (0, 0, 0, 2)))
 
 
+PROGRESS = (*flagged("tradeoff", "x"), *flagged("lift"))
+"""The statistics of the progress line: the trade-off's x (device mean) and the lift (worst 10%)."""
+
+
 def _round_stats(record: RoundRecord) -> str:
     test = record.stats.get("test") or {}
     parts = []
     if test:
-        parts.append(f"device mean {test.get('mean', float('nan')):.4f}")
-        parts.append(f"worst 10% {test.get('worst_10', float('nan')):.4f}")
+        parts += [f"{statistic(key).label} {test.get(key, float('nan')):.4f}" for key in PROGRESS]
     if record.status != "ok":
         parts.append(f"round {record.server_round} FAILED")
     if record.excluded:

@@ -6,10 +6,12 @@ directory already holds a finished ``summary.json`` of the same settings is
 not run again, so an interrupted sweep resumes where it stopped by running
 the same command. At the end, ``comparison.csv`` and ``comparison.json``
 hold mean and standard error over seeds per cell, each cell's paired
-differences against the plain-FedAvg cell of the same settings (per seed,
-then mean and standard error), FedAvg's convergence (the change of its
-validation device mean over the last fifth of the rounds), and the t / q
-chosen on the validation split with its test statistics.
+differences against every baseline cell of the same settings (FedAvg, and
+each strategy the registry flags ``baseline``) with the paired t-test,
+Holm's correction and the mark (:mod:`term_fl.comparison.table`, the one
+source the dashboard and the report read too), FedAvg's convergence (the
+change of its validation device mean over the last fifth of the rounds), and
+the t / q chosen on the validation split with its test statistics.
 """
 
 from __future__ import annotations
@@ -28,13 +30,19 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from term_fl.comparison.summaries import CLEAN, TAIL, group_cells, select_by_validation, significant
+from term_fl.comparison.summaries import CLEAN, TAIL, group_cells, select_by_validation
 from term_fl.comparison.cells import format_value, short_names
-from term_fl.config import Scenario, baseline_hash, config_hash, sweep_cells, with_overrides
+from term_fl.comparison.paired import ALPHA, MIN_SEEDS
+from term_fl.comparison.pairing import BASELINES
+from term_fl.comparison.table import (CHOSEN, CHOSEN_MARK, PRIMARY, SIGNIFICANCE, SIGNIFICANT_MARK, difference_columns,
+                                      significance_notes)
+from term_fl.common.jsonable import plain
+from term_fl.config import Scenario, baseline_hash, config_hash, executor_of, sweep_cells, with_overrides
 from term_fl.comparison.convergence import FLAT, tail_means
 from term_fl.cli.console import RoundProgress, make_console
 from term_fl.engines import engine_session
 from term_fl.maths.fairness import STATISTICS, fairness_summary, statistic
+from term_fl.strategies.registry import STRATEGIES
 from term_fl.common.keys import SUMMARY_NAMES, VAL
 from term_fl.results import ResultsStore
 from term_fl.runs.run import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
@@ -42,7 +50,7 @@ from term_fl.runs.run import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, wr
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 
 TABLE_COLUMNS = tuple((f"test.{s.key}", s.label) for s in STATISTICS if s.headline)
-PAIRED_COLUMNS = tuple((f"test.{key}", statistic(key).label) for key in ("mean", "pooled_mean", "worst_10", "std"))
+PAIRED_COLUMNS = tuple((f"test.{key}", statistic(key).label) for key in PRIMARY)
 CLEAN_COLUMN = (f"test{CLEAN}.mean", "device mean, clean devices")
 
 
@@ -143,7 +151,7 @@ def run_sweep(
     cells = sweep_cells(scenario)
     console.print(
         f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} "
-        f"(executor {scenario.run.executor}) -> {out_dir}"
+        f"(executor {executor_of(scenario)}) -> {out_dir}"
     )
     summaries: list[tuple[dict[str, Any], Scenario]] = []
     failed = 0
@@ -175,8 +183,9 @@ def run_sweep(
                 continue
             summaries.append((recorder.summary or {}, cell))
         sel = scenario.selection
-        finished = [  # reference_hash: summaries written before it existed pair like new ones
-            with_tail_statistics({"reference_hash": baseline_hash(cell), **summary}, store, sel.tail)
+        finished = [  # config: what pairing reads; reference_hash: summaries written before it existed
+            with_tail_statistics({"reference_hash": baseline_hash(cell), **summary, "config": plain(cell.model_dump())},
+                                 store, sel.tail)
             for summary, cell in summaries
             if summary.get("status") == "finished"
         ]
@@ -186,7 +195,7 @@ def run_sweep(
                                   max_mean_drop=sel.max_mean_drop, split=sel.split)
     write_comparison(out_dir, rows, chosen, wall)
     console.print(comparison_table(scenario.name, rows, chosen))
-    if any("paired_seeds" in row for row in rows):
+    if any(row.get("differences") for row in rows):
         console.print(paired_table(scenario.name, rows))
     for line in convergence_lines(rows):
         console.print(line)
@@ -241,17 +250,31 @@ def convergence_lines(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def write_comparison(out_dir: Path, rows: list[dict[str, Any]], chosen: dict[str, Any], wall_s: float) -> None:
+    """comparison.json (the rows, the selection and what the marks mean) and comparison.csv (the rows, flat)."""
+    pairs = [d["n"] for row in rows for by_split in (row.get("differences") or {}).values()
+             for d in (by_split.get("test") or {}).values()]  # fmt: skip
+    meta = {
+        "baselines": [{"strategy": b, "label": STRATEGIES[b].label} for b in BASELINES],
+        "significance": {"rule": SIGNIFICANCE, "notes": significance_notes(pairs)[1:], "alpha": ALPHA,
+                         "min_seeds": MIN_SEEDS, "test": "paired t-test, two-sided, n - 1 degrees of freedom",
+                         "correction": "Holm, per split: every cell against each of its baselines x the primary "
+                                       "statistics", "primary": list(PRIMARY)},  # fmt: skip
+        "marks": {SIGNIFICANT_MARK: SIGNIFICANCE, CHOSEN_MARK: CHOSEN},
+    }
     (out_dir / "comparison.json").write_text(
-        json.dumps({"cells": rows, "selection": chosen, "wall_time_s": round(wall_s, 2)}, indent=2) + "\n"
+        json.dumps(plain({"cells": rows, "selection": chosen, "wall_time_s": round(wall_s, 2), **meta}), indent=2) + "\n"
     )
     chosen_hashes = {c["config_hash"] for c in chosen.values()}
-    fields = [k for k in rows[0] if k != "run_ids"] + ["chosen"] if rows else ["cell"]
+    flat = [{**{k: v for k, v in row.items() if k not in ("run_ids", "differences", "baselines")},
+             "seeds": " ".join(map(str, row["seeds"])), "chosen": int(row["config_hash"] in chosen_hashes),
+             **{f"minus_{b}": key for b, key in (row.get("baselines") or {}).items()},
+             **difference_columns(row.get("differences") or {})} for row in rows]  # fmt: skip
+    widest_first = sorted(flat, key=len, reverse=True)  # a baseline's row lacks the tuned parameters
+    fields = list(dict.fromkeys(k for row in widest_first for k in row)) or ["cell"]
     with (out_dir / "comparison.csv").open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
+        writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
-        for row in rows:
-            writer.writerow({**row, "seeds": " ".join(map(str, row["seeds"])),
-                             "chosen": int(row["config_hash"] in chosen_hashes)})
+        writer.writerows(flat)
 
 
 def _pm(row: dict[str, Any], key: str) -> str:
@@ -260,6 +283,7 @@ def _pm(row: dict[str, Any], key: str) -> str:
 
 
 def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, Any]) -> Table:
+    """Per cell, the headline test statistics: mean ± standard error over seeds; the validation choice marked."""
     table = Table(title=f"{title}: test split, last round, mean ± standard error over seeds")
     table.add_column("cell")
     table.add_column("seeds", justify="right")
@@ -270,34 +294,45 @@ def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, A
         table.add_column(label, justify="right")
     chosen_hashes = {c["config_hash"] for c in chosen.values()}
     for row in rows:
-        mark = " *" if row["config_hash"] in chosen_hashes else ""
+        mark = f" {CHOSEN_MARK}" if row["config_hash"] in chosen_hashes else ""
         table.add_row(row["cell"] + mark, str(row["n"]),
-                      *(_pm(row, k) if k in row else "-" for k, _ in columns))
-    table.caption = "* chosen on the validation split" if chosen else None
+                      *(_pm(row, k) if row.get(k) is not None else "-" for k, _ in columns))
+    table.caption = CHOSEN if chosen else None
     return table
 
 
 def paired_table(title: str, rows: list[dict[str, Any]]) -> Table:
-    """Per cell, the paired difference (cell - FedAvg, same seed and settings) of the test statistics."""
-    table = Table(title=f"{title}: paired difference to FedAvg (same seeds), mean ± standard error")
+    """Per cell and baseline, the paired difference (cell - baseline, same seed and settings) of the primary
+    test statistics: mean ± standard error, marked where significant (:data:`SIGNIFICANCE`)."""
+    present = {b for row in rows for b in (row.get("baselines") or {})}
+    labels = ", ".join(STRATEGIES[b].label for b in BASELINES if b in present) or "none in this sweep"
+    table = Table(title=f"{title}: paired difference, cell minus baseline ({labels}) over the same seeds, "
+                        "mean ± standard error")
     table.add_column("cell")
+    table.add_column("minus", justify="left")
     table.add_column("pairs", justify="right")
     columns = list(PAIRED_COLUMNS)
-    if any(f"{CLEAN_COLUMN[0]}.diff" in row for row in rows):
+    clean = CLEAN_COLUMN[0].partition(".")[0]
+    if any(clean in by_split for row in rows for by_split in (row.get("differences") or {}).values()):
         columns.insert(1, CLEAN_COLUMN)
     for _, label in columns:
         table.add_column(f"Δ {label}", justify="right")
+    by_hash = {row["config_hash"]: row for row in rows}
+    pairs = []
     for row in rows:
-        if "paired_seeds" not in row:
-            continue
-        cells = []
-        for key, _ in columns:
-            diff, se = row.get(f"{key}.diff"), row.get(f"{key}.diff_se")
-            if diff is None:
-                cells.append("-")
-                continue
-            mark = " *" if significant(row, key) else ""
-            cells.append(f"{diff:+.4f}" + (f" ± {se:.4f}" if se is not None else "") + mark)
-        table.add_row(row["cell"], str(row["paired_seeds"]), *cells)
-    table.caption = "* more than 2 standard errors from 0"
+        for baseline, reference in (row.get("baselines") or {}).items():
+            differences = row["differences"][baseline]
+            cells = []
+            for key, _ in columns:
+                split, _, stat = key.partition(".")
+                d = (differences.get(split) or {}).get(stat)
+                if d is None or d["mean"] is None:
+                    cells.append("-")
+                    continue
+                se = f" ± {d['se']:.4f}" if d["se"] is not None else ""
+                cells.append(f"{d['mean']:+.4f}{se}" + (f" {SIGNIFICANT_MARK}" if d["significant"] else ""))
+            n = max((d["n"] for d in (differences.get("test") or {}).values()), default=0)
+            pairs.append(n)
+            table.add_row(row["cell"], by_hash[reference]["cell"], str(n), *cells)
+    table.caption = "\n".join(significance_notes(pairs))
     return table

@@ -42,6 +42,7 @@ from term_fl.common.keys import (
 from term_fl.learning.models import TermModel, model_for, set_weights
 from term_fl.clientapp.node_query import partition_reply
 from term_fl.common.seeding import derive_seed
+from term_fl.learning.compiled_training import CohortTraining
 from term_fl.learning.threads import single_threaded
 from term_fl.learning.training import (
     EvalResult,
@@ -54,7 +55,8 @@ from term_fl.learning.training import (
 )
 
 __all__ = [
-    "DeviceTensors", "Setting", "Workspace", "app", "device_tensors", "evaluate_reply", "make_client_app", "train_reply",
+    "DeviceTensors", "Setting", "Workspace", "app", "device_tensors", "evaluate_metric_columns", "evaluate_metrics",
+    "evaluate_reply", "make_client_app", "train_metric_columns", "train_metrics", "train_reply",
 ]
 
 
@@ -178,20 +180,34 @@ def train(msg: Message, context: Context, workspace: Workspace) -> Message:
     return train_reply(msg, pid, result)
 
 
-def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message:
-    """The reply to a train message: the trained weights and the metrics of docs/contracts.md ('Messages')."""
+def train_metrics(partition_id: int, result: TrainResult) -> dict[str, int | float]:
+    """The metrics of a train reply (docs/contracts.md, 'Messages'), in the order the reply holds them."""
     before = result.before
-    metrics = metric_record(
-        {
-            NUM_EXAMPLES: int(result.num_examples),
-            PARTITION_ID: partition_id,
-            # F_k: tau-tilted loss of the incoming model (the mean loss when tau = 0)
-            TRAIN_LOSS_BEFORE: float(before.loss_tilted),
-            TRAIN_LOSS_BEFORE_SUM: float(before.loss_sum),
-            TRAIN_LOSS_AFTER: float(result.loss_after),
-        }
-    )
+    return {
+        NUM_EXAMPLES: int(result.num_examples),
+        PARTITION_ID: partition_id,
+        # F_k: tau-tilted loss of the incoming model (the mean loss when tau = 0)
+        TRAIN_LOSS_BEFORE: float(before.loss_tilted),
+        TRAIN_LOSS_BEFORE_SUM: float(before.loss_sum),
+        TRAIN_LOSS_AFTER: float(result.loss_after),
+    }
+
+
+def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message:
+    """The reply to a train message: the trained weights and :func:`train_metrics`."""
+    metrics = metric_record(train_metrics(partition_id, result))
     return reply_message(msg, {ARRAYS: to_array_record(result.weights), METRICS: metrics})
+
+
+def train_metric_columns(partition_ids: Sequence[int], training: CohortTraining) -> dict[str, np.ndarray]:
+    """:func:`train_metrics` of a cohort as one table: a column per key (int64 or float64), the same order."""
+    return {
+        NUM_EXAMPLES: training.num_examples.astype(np.int64),
+        PARTITION_ID: np.asarray(partition_ids, dtype=np.int64),
+        TRAIN_LOSS_BEFORE: np.array([b.loss_tilted for b in training.before], dtype=np.float64),
+        TRAIN_LOSS_BEFORE_SUM: np.array([b.loss_sum for b in training.before], dtype=np.float64),
+        TRAIN_LOSS_AFTER: training.loss_after.astype(np.float64),
+    }
 
 
 def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
@@ -202,8 +218,8 @@ def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
     return evaluate_reply(msg, pid, results)
 
 
-def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult]) -> Message:
-    """The reply to an evaluate message: per split of :data:`EVAL_SPLITS` (in order) its loss, accuracy, counts."""
+def evaluate_metrics(partition_id: int, results: Sequence[EvalResult]) -> dict[str, int | float]:
+    """The metrics of an evaluate reply: per split of :data:`EVAL_SPLITS` (in order) its loss, accuracy, counts."""
     values: dict[str, int | float] = {PARTITION_ID: partition_id}
     for split, res in zip(EVAL_SPLITS, results, strict=True):
         values[eval_key(split, "loss")] = res.loss_mean
@@ -211,7 +227,21 @@ def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult
         values[eval_key(split, "correct")] = res.correct
         values[eval_key(split, "examples")] = res.examples
     values[NUM_EXAMPLES] = sum(res.examples for res in results)
-    return reply_message(msg, {METRICS: metric_record(values)})
+    return values
+
+
+def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult]) -> Message:
+    """The reply to an evaluate message: :func:`evaluate_metrics`."""
+    return reply_message(msg, {METRICS: metric_record(evaluate_metrics(partition_id, results))})
+
+
+def evaluate_metric_columns(
+    partition_ids: Sequence[int], results: Sequence[Sequence[EvalResult]]
+) -> dict[str, np.ndarray]:
+    """:func:`evaluate_metrics` of many devices as one table: a column per key (int64 or float64), the same order."""
+    rows = [evaluate_metrics(pid, res) for pid, res in zip(partition_ids, results, strict=True)]
+    return {key: np.array([row[key] for row in rows], dtype=np.int64 if isinstance(value, int) else np.float64)
+            for key, value in rows[0].items()}
 
 
 def make_client_app(workspace: Workspace) -> ClientApp:

@@ -16,8 +16,8 @@ __all__ = ["EXTRA_MODULES", "MissingExtraError", "require"]
 # The modules term-fl imports from each extra (pyproject.toml lists the
 # requirements; a test checks that they agree).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {
-    "sim": ("torch", "ray"),
-    "dashboard": ("plotly", "jinja2"),
+    "sim": ("torch", "ray", "scipy"),
+    "dashboard": ("plotly", "jinja2", "scipy"),
 }
 
 TORCH_FIRST = {"torch"}  # installed before the extra, so pip pulls no CUDA build by accident

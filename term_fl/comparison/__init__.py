@@ -1,10 +1,13 @@
 """Layer 1, comparison: runs over seeds, paired differences, selection on validation, cells, convergence.
 
 Pure functions over run summaries and plain values (no store, no I/O):
-:mod:`.summaries` (a sweep's cells, their paired differences against FedAvg
-and the tuned parameter chosen on validation), :mod:`.cells` (the
-dashboard's cells: which runs count, labels, curves), :mod:`.convergence`
-(readings of a run's per-round curve).
+:mod:`.table` (the one source of comparison numbers: statistics over seeds,
+paired differences against every baseline, tests, Holm, marks),
+:mod:`.paired` (mean ± SE, the paired t-test, the sign-flip test, Holm),
+:mod:`.pairing` (which cells pair with which baselines), :mod:`.summaries`
+(a sweep's rows and the tuned parameter chosen on validation), :mod:`.cells`
+(the dashboard's cells: which runs count, labels, curves),
+:mod:`.convergence` (readings of a run's per-round curve).
 
 Until term-fl 0.3 this package was one module, ``term_fl.comparison``; its
 names are still reachable here, with a DeprecationWarning, for one release.
@@ -16,7 +19,7 @@ import importlib
 from typing import Any
 
 
-_SUBMODULES = ("cells", "convergence", "summaries")
+_SUBMODULES = ("cells", "convergence", "paired", "pairing", "summaries", "table")
 
 
 def __getattr__(name: str) -> Any:

@@ -23,8 +23,22 @@ from typing import Any
 
 import numpy as np
 
-# Settings that do not make two runs different experiments (they are also left out of config_hash).
-IGNORED_SETTINGS = ("name", "description", "sweep", "selection", "run.seed", "run.name", "run.engine", "data.seed")
+# their home in 0.2 (term_fl.comparison_cells); now term_fl.comparison.paired's, re-exported here until 0.4
+from term_fl.comparison.paired import mean_se, paired_difference  # noqa: F401
+
+IGNORED_SETTINGS = (
+    "name", "description", "sweep", "selection", "resources", "run.seed", "run.name", "run.engine",
+    "run.node_timeout", "run.round_timeout", "run.max_failed_rounds", "run.reference", "data.seed", "data.path",
+    "data.sha256",
+)  # fmt: skip
+"""Settings that do not make two runs different experiments: those config_hash leaves out (where a run
+executes, how long it waits, which reference runs beside it, seeds and names; the vehicle data counts by its
+content there)."""
+
+
+def strategy_side(key: str) -> bool:
+    """Whether a dotted setting belongs to the strategy: ``strategy.*`` and the client-side tilt ``client.tau``."""
+    return key.startswith("strategy.") or key == "client.tau"
 
 
 def counted_runs(runs: Sequence[Mapping[str, Any]]) -> tuple[list[Mapping[str, Any]], dict[int, list[str]]]:
@@ -127,14 +141,15 @@ def cell_labels(
     ("term t=20"). Every setting outside the strategy section that varies
     across the cells is appended to every label ("rounds=5"); a strategy
     parameter that varies among cells of the same strategy but is not in the
-    base label (e.g. ``lam``) is appended to those cells' labels.
+    base label (e.g. ``lam``) is appended to those cells' labels. The
+    strategy's side includes the client-side tilt ``client.tau`` (:func:`strategy_side`).
     """
     varying = varying_settings(settings)
-    outside = [k for k in varying if not k.startswith("strategy.")]
+    outside = [k for k in varying if not strategy_side(k)]
     inside: dict[int, list[str]] = {}
     for strategy in set(strategies):
         members = [i for i, s in enumerate(strategies) if s == strategy]
-        keys = [k for k in varying_settings([settings[i] for i in members]) if k.startswith("strategy.")]
+        keys = [k for k in varying_settings([settings[i] for i in members]) if strategy_side(k)]
         for i in members:
             words = base_labels[i].split()
             inside[i] = [k for k in keys if not any(w.startswith(k.split(".")[-1] + "=") for w in words)]
@@ -144,24 +159,6 @@ def cell_labels(
         extra = [f"{names[k]}={format_value(settings[i].get(k, _MISSING))}" for k in inside.get(i, []) + outside]
         labels.append(" ".join([base, *extra]))
     return labels, outside
-
-
-def mean_se(values: Iterable[float | None]) -> dict[str, Any]:
-    """Mean, standard error of the mean (sample std / sqrt(n); None for n < 2) and n of the finite values."""
-    arr = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
-    if arr.size == 0:
-        return {"mean": None, "se": None, "n": 0}
-    se = float(arr.std(ddof=1) / math.sqrt(arr.size)) if arr.size > 1 else None
-    return {"mean": float(arr.mean()), "se": se, "n": int(arr.size)}
-
-
-def paired_difference(values: Mapping[int, float | None], reference: Mapping[int, float | None]) -> dict[str, Any]:
-    """Mean ± standard error over seeds of ``values[seed] - reference[seed]``, on the seeds both have."""
-    seeds = sorted(
-        s for s in values.keys() & reference.keys() if _finite(values[s]) and _finite(reference[s])
-    )
-    result = mean_se(values[s] - reference[s] for s in seeds)
-    return {**result, "seeds": seeds}
 
 
 def _finite(value: float | None) -> bool:

@@ -1,12 +1,14 @@
-"""Compare runs: mean and standard error over seeds, paired differences against FedAvg, and picking t / q.
+"""Compare a sweep's runs: cells over seeds, paired differences against the baselines, and picking t / q.
 
 Pure functions over run summaries (summary.json dicts): no I/O. A *cell*
 groups the runs whose resolved settings differ only by seed (same
-``config_hash``). Each cell is paired with its *baseline*, the plain-FedAvg
-cell of the same settings (``reference_hash``, :func:`term_fl.config.baseline_hash`):
-``<split>.<stat>.diff`` is the mean over their common seeds of (cell - FedAvg)
-and ``.diff_se`` its standard error, the paired comparison that removes what
-the seeds share (the split of the data, the sampled devices).
+``config_hash``). :func:`group_cells` turns the cells into the rows of
+``comparison.csv`` / ``comparison.json`` with the one comparison every
+surface shows (:func:`term_fl.comparison.table.compare_cells`): per cell
+and statistic the mean and standard error over seeds, and against each
+baseline cell of the same settings (FedAvg, and every strategy the registry
+flags ``baseline``) the paired difference over their common seeds with the
+paired t-test, Holm's correction and the mark.
 
 Selection follows the TERM paper: among the values of a tuned parameter (t
 for TERM, q for q-FFL), take the one with the best validation objective
@@ -20,12 +22,13 @@ only (``validation_clean``), then over seeds.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
+from term_fl.comparison.cells import flat_settings
+from term_fl.comparison.paired import mean_se
+from term_fl.comparison.pairing import BASELINES
+from term_fl.comparison.table import CellValues, compare_cells
 from term_fl.maths.fairness import STATISTICS, statistic
 from term_fl.common.keys import SUMMARY_NAMES, TEST, VAL
 from term_fl.strategies.registry import PARAM_KEYS, STRATEGIES, cell_label
@@ -38,87 +41,91 @@ SPLITS = tuple(f"{split}{suffix}" for split in SUMMARY_NAMES.values() for suffix
 )
 """validation, validation_clean, test, test_clean, validation_tail, validation_clean_tail."""
 PAIRED = tuple(f"{SUMMARY_NAMES[TEST]}{clean}" for clean in ("", CLEAN))
-"""The splits whose paired differences against FedAvg a row carries: test, test_clean."""
+"""The splits whose paired differences a row carries: test, test_clean (each its own table: its own Holm family)."""
 
 
 def mean_and_stderr(values: Sequence[float]) -> tuple[float, float | None]:
-    """Mean and standard error of the mean (sample std / sqrt(n)); None for a single value."""
-    arr = np.asarray([v for v in values if v is not None and not math.isnan(v)], dtype=np.float64)
-    if arr.size == 0:
-        return float("nan"), None
-    if arr.size == 1:
-        return float(arr[0]), None
-    return float(arr.mean()), float(arr.std(ddof=1) / math.sqrt(arr.size))
+    """:func:`term_fl.comparison.paired.mean_se` as a pair (mean, standard error): NaN and None for no value."""
+    result = mean_se(values)
+    return (float("nan") if result["mean"] is None else result["mean"]), result["se"]
+
+
+def _settings(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """What pairing reads of a run: its flat settings from ``config`` (the resolved scenario, as config.json
+    holds it), or, for a summary without it, its ``reference_hash`` (the hash of the same settings)."""
+    strategy = dict(summary.get("strategy") or {})
+    if summary.get("config"):
+        return flat_settings(summary["config"], {k: v for k, v in strategy.items() if k != "name"})
+    params = {f"strategy.{k}": v for k, v in strategy.items()}
+    return {"reference_hash": summary.get("reference_hash") or summary["config_hash"], **params}
 
 
 def group_cells(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per cell: its strategy, seeds, mean / stderr of each statistic per split, paired differences.
 
-    Paired differences against the cell's baseline (the plain-FedAvg cell of
-    the same settings, when it is among ``summaries``): for each split of
-    :data:`PAIRED` and statistic, ``.diff`` and ``.diff_se`` over the seeds
-    both cells ran, ``paired_seeds`` how many; absent for FedAvg itself and
-    when no baseline cell ran.
+    A summary may carry ``config`` (the resolved scenario): the cell is then
+    paired by its settings (:mod:`term_fl.comparison.pairing`); without it,
+    by ``reference_hash``. Paired differences (:data:`PAIRED` splits) against
+    each baseline cell that is among ``summaries``: ``differences`` (baseline
+    strategy -> split -> statistic -> mean, se, n, seeds, t, df, p_value,
+    p_holm, ci95, p_signflip, significant) and ``baselines`` (baseline
+    strategy -> its cell's config_hash). Against FedAvg also, as before
+    0.3.0, ``<split>.<stat>.diff`` and ``.diff_se`` and ``paired_seeds``;
+    absent for FedAvg itself and when no FedAvg cell ran.
     """
     groups: dict[str, list[Mapping[str, Any]]] = {}
     for s in summaries:
         groups.setdefault(s["config_hash"], []).append(s)
-    rows = []
+    cells = []
     for key, runs in groups.items():
-        strategy = dict(runs[0]["strategy"])
-        row: dict[str, Any] = {
-            "cell": cell_label(strategy),
-            "config_hash": key,
-            "reference_hash": runs[0].get("reference_hash"),
-            "strategy": strategy["name"],
-            **{p: strategy.get(p) for p in PARAM_KEYS if p in strategy},
-            "seeds": sorted(r["seed"] for r in runs),
-            "n": len(runs),
-            "run_ids": [r["run_id"] for r in runs],
-        }
-        for split in SPLITS:
-            if split != SUMMARY_NAMES[VAL] and split != SUMMARY_NAMES[TEST] and not any(r.get(split) for r in runs):
-                continue
-            for stat in STATS:
-                values = [((r.get(split) or {}).get(stat)) for r in runs]
-                m, se = mean_and_stderr([v for v in values if v is not None])
-                row[f"{split}.{stat}"] = m
-                row[f"{split}.{stat}.se"] = se
-        changes = [(r.get("convergence") or {}).get("last_fifth_change") for r in runs]
-        if any(c is not None for c in changes):
-            row["convergence"], row["convergence.se"] = mean_and_stderr([c for c in changes if c is not None])
-        baseline = groups.get(row["reference_hash"] or "")
-        if baseline and row["reference_hash"] != key:
-            row.update(paired_differences(runs, baseline))
-        rows.append(row)
-    return rows
+        splits = [split for split in SPLITS
+                  if split in (SUMMARY_NAMES[VAL], SUMMARY_NAMES[TEST]) or any(r.get(split) for r in runs)]  # fmt: skip
+        values = {split: {stat: {r["seed"]: (r.get(split) or {}).get(stat) for r in runs} for stat in STATS}
+                  for split in splits}  # fmt: skip
+        cells.append(CellValues(key, runs[0]["strategy"]["name"], _settings(runs[0]), values))
+    compared = compare_cells(cells, PAIRED)
+    return [_row(groups[cell.key], cell, compared[cell.key]) for cell in cells]
 
 
-def paired_differences(
-    runs: Sequence[Mapping[str, Any]], baseline: Sequence[Mapping[str, Any]]
-) -> dict[str, Any]:
-    """Mean and standard error over common seeds of (run - baseline run), per statistic of the :data:`PAIRED` splits."""
-    by_seed = {b["seed"]: b for b in baseline}
-    pairs = [(r, by_seed[r["seed"]]) for r in sorted(runs, key=lambda r: r["seed"]) if r["seed"] in by_seed]
-    out: dict[str, Any] = {"paired_seeds": len(pairs)}
-    for split in PAIRED:
-        for stat in STATS:
-            diffs = [
-                a - b
-                for a, b in (((r.get(split) or {}).get(stat), (f.get(split) or {}).get(stat)) for r, f in pairs)
-                if a is not None and b is not None
-            ]
-            if diffs:
-                out[f"{split}.{stat}.diff"], out[f"{split}.{stat}.diff_se"] = mean_and_stderr(diffs)
-    return out
+def _row(runs: Sequence[Mapping[str, Any]], cell: CellValues, compared: Mapping[str, Any]) -> dict[str, Any]:
+    """A cell's row of comparison.json: identity, statistics, convergence, paired differences."""
+    strategy = dict(runs[0]["strategy"])
+    row: dict[str, Any] = {
+        "cell": cell_label(strategy),
+        "config_hash": cell.key,
+        "reference_hash": runs[0].get("reference_hash"),
+        "strategy": strategy["name"],
+        **{p: strategy.get(p) for p in PARAM_KEYS if p in strategy},
+        "seeds": sorted(r["seed"] for r in runs),
+        "n": len(runs),
+        "run_ids": [r["run_id"] for r in runs],
+    }
+    for split, by_stat in compared["stats"].items():
+        for stat, value in by_stat.items():
+            row[f"{split}.{stat}"] = value["mean"]
+            row[f"{split}.{stat}.se"] = value["se"]
+    changes = [(r.get("convergence") or {}).get("last_fifth_change") for r in runs]
+    if any(c is not None for c in changes):
+        row["convergence"], row["convergence.se"] = mean_and_stderr([c for c in changes if c is not None])
+    if compared["baselines"]:
+        row["baselines"] = compared["baselines"]
+        row["differences"] = compared["differences"]
+    first = compared["differences"].get(BASELINES[0])
+    if first is not None:  # the fields of term-fl 0.2: against FedAvg
+        row["paired_seeds"] = max((d["n"] for by_stat in first.values() for d in by_stat.values()), default=0)
+        for split, by_stat in first.items():
+            for stat, d in by_stat.items():
+                if d["n"]:
+                    row[f"{split}.{stat}.diff"], row[f"{split}.{stat}.diff_se"] = d["mean"], d["se"]
+    return row
 
 
-def significant(row: Mapping[str, Any], key: str, z: float = 2.0) -> bool | None:
-    """Whether the paired difference ``key`` (e.g. 'test.worst_10') is more than ``z`` standard errors from 0."""
-    diff, se = row.get(f"{key}.diff"), row.get(f"{key}.diff_se")
-    if diff is None or se is None or math.isnan(diff):
-        return None
-    return abs(diff) > z * se
+def significant(row: Mapping[str, Any], key: str, baseline: str = BASELINES[0]) -> bool | None:
+    """Whether the row's paired difference ``key`` (e.g. 'test.worst_10') against ``baseline`` is marked
+    significant (:func:`term_fl.comparison.paired.is_significant`); None where there is no such difference."""
+    split, _, stat = key.partition(".")
+    difference = (((row.get("differences") or {}).get(baseline) or {}).get(split) or {}).get(stat)
+    return None if difference is None or difference["mean"] is None else difference["significant"]
 
 
 def family(row: Mapping[str, Any]) -> str:
@@ -153,11 +160,12 @@ def select_by_validation(
     def value(row: Mapping[str, Any], stat: str) -> float:
         return row.get(f"{split}.{stat}", row[f"validation.{stat}"])
 
-    plain = [r for r in rows if r["strategy"] == "fedavg" and r.get("reference_hash") == r["config_hash"]]
-    fedavg = plain or [r for r in rows if r["strategy"] == "fedavg"]
+    first = BASELINES[0]
+    plain = [r for r in rows if r["strategy"] == first and r.get("reference_hash") == r["config_hash"]]
+    fedavg = plain or [r for r in rows if r["strategy"] == first]
     families: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
-        if row["strategy"] != "fedavg":
+        if row["strategy"] not in BASELINES:  # a baseline is compared with, never chosen
             families.setdefault(family(row), []).append(row)
     chosen: dict[str, dict[str, Any]] = {}
     for name, candidates in sorted(families.items()):

@@ -38,18 +38,21 @@ from .loading import (
     validate_scenario,
 )
 from .scenario import (
+    COMPILED_MODELS,
     DEFAULT_SCENARIO,
     NAME_PATTERN,
     NAME_RULE,
     Scenario,
     check_fits_dataset,
     clients_per_round_message,
+    executor_of,
 )
 from .sweeps import BASELINE, baseline_hash, reference_scenario, reference_scenarios, sweep_cells, with_overrides
 from .tables import ClientConfig, ResourcesConfig, RunConfig, SelectionConfig, Table
 
 __all__ = [
     "BASELINE",
+    "COMPILED_MODELS",
     "DEFAULT_SCENARIO",
     "FLAT_TABLE_DEFAULTS",
     "NAME_PATTERN",
@@ -73,6 +76,7 @@ __all__ = [
     "check_fits_dataset",
     "clients_per_round_message",
     "config_hash",
+    "executor_of",
     "file_digest",
     "hashed_settings",
     "load_scenario",

@@ -29,7 +29,7 @@ from term_fl.common.digest import file_digest
 from term_fl.common.settings import HASHED_WHEN_SET, NOT_HASHED, DigestOf, marker
 
 from .choices import ChoiceTable
-from .scenario import Scenario
+from .scenario import Scenario, executor_of
 
 __all__ = ["FLAT_TABLE_DEFAULTS", "config_hash", "hashed_settings"]
 
@@ -49,8 +49,9 @@ def config_hash(scenario: Scenario) -> str:
 
     Left out: seeds, names and the description, the sweep and selection
     tables, the engine (both give the same numbers), the sequential executor
-    (the reference; the cohort executor is in: it agrees with it to float32
-    rounding per step, not bit for bit), timeouts and
+    (the reference; the cohort and compiled executors are in, ``"auto"`` as
+    :func:`~term_fl.config.scenario.executor_of` resolves it: they agree with
+    it to float32 rounding per step, not bit for bit), timeouts and
     ``run.max_failed_rounds``, the per-client resources, the references, the
     settings of the strategies, datasets and models the run does not use,
     and a data file's path: the vehicle data counts by its content (the
@@ -68,6 +69,12 @@ def hashed_settings(scenario: Scenario) -> dict[str, Any]:
             continue
         value = getattr(scenario, key)
         hashed[key] = _choice(key, value) if isinstance(value, ChoiceTable) else _fields(value)
+    # "auto" counts as the executor it resolves to: "sequential" (the default of earlier hashes) is left out
+    executor = executor_of(scenario)
+    if executor != "sequential":
+        hashed["run"]["executor"] = executor
+    else:
+        hashed["run"].pop("executor", None)
     hashed["strategy"] = _strategy(scenario)
     return hashed
 

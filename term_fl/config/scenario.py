@@ -15,7 +15,8 @@ from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 from .choices import DataConfig, ModelConfig, StrategyConfig
 from .tables import ClientConfig, ResourcesConfig, RunConfig, SelectionConfig, Table
 
-__all__ = ["DEFAULT_SCENARIO", "NAME_PATTERN", "NAME_RULE", "Scenario", "check_fits_dataset",
+__all__ = ["COMPILED_MODELS", "DEFAULT_SCENARIO", "NAME_PATTERN", "NAME_RULE", "Scenario", "check_fits_dataset",
+           "executor_of",
            "clients_per_round_message"]
 
 DEFAULT_SCENARIO = "default"
@@ -77,6 +78,24 @@ class Scenario(Table):
     @classmethod
     def from_json(cls, text: str) -> Scenario:
         return cls.model_validate_json(text)
+
+
+COMPILED_MODELS = ("linear_svm", "logreg")
+"""The models ``run.executor = "auto"`` trains with the compiled executor on the in-process engine."""
+
+
+def executor_of(scenario: Scenario) -> str:
+    """The executor a run of ``scenario`` uses: ``run.executor``, where ``"auto"`` is resolved.
+
+    ``"auto"`` is ``"compiled"`` on the in-process engine for the models of
+    :data:`COMPILED_MODELS`, and ``"sequential"`` otherwise (Flower's engine
+    runs every client as its own ClientApp).
+    """
+    executor = scenario.run.executor
+    if executor != "auto":
+        return executor
+    compiled = scenario.run.engine == "inprocess" and scenario.model.name in COMPILED_MODELS
+    return "compiled" if compiled else "sequential"
 
 
 def clients_per_round_message(clients_per_round: int, num_devices: int) -> str:

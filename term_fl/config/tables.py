@@ -57,11 +57,14 @@ class RunConfig(Table):
     engine: Annotated[Literal["flower", "inprocess"], NOT_HASHED] = Field(
         "flower", description="flower: Flower's Simulation Engine (Ray); inprocess: same code, one process"
     )
-    # the sequential executor is the reference: hashes from before run.executor existed stay valid
-    executor: Annotated[Literal["sequential", "cohort"], HASHED_WHEN_SET] = Field(
-        "sequential",
-        description="in-process engine only: sequential trains clients one by one (the reference); "
-        "cohort trains a round's clients as one batched computation (equal to float32 rounding)",
+    # the sequential executor is the reference: hashes from before run.executor existed stay valid;
+    # "auto" is hashed as executor_of resolves it (config.hashing)
+    executor: Annotated[Literal["auto", "sequential", "cohort", "compiled"], HASHED_WHEN_SET] = Field(
+        "auto",
+        description="how the in-process engine trains a round's clients: sequential one by one (the reference); "
+        "cohort as one batched torch computation; compiled as cohort, the linear models' SGD in one compiled "
+        "kernel (numba); both equal to the reference to float32 rounding; auto: compiled for linear_svm and "
+        "logreg on the in-process engine, else sequential (executor_of)",
     )
     evaluate_fraction: float = Field(
         1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"

@@ -41,13 +41,15 @@ def serve(
     port: int = 8050,
     *,
     allowed_hosts: Iterable[str] = (),
+    token: str | None = None,
     log_level: str = "info",
     access_log: bool = False,
 ) -> None:
     """Serve the dashboard of the store ``db`` at http://host:port/ until interrupted (Ctrl-C).
 
-    Binds to the loopback interface by default: the dashboard has no
-    authentication, so pass another ``host`` only on a trusted network.
+    Binds to the loopback interface by default. ``token``: the access token
+    every request must carry (:mod:`term_fl.dashboard.access`; ``term-fl
+    dashboard`` makes one for any other ``host``).
     ``access_log`` logs every HTTP request (off: pages poll the API every 3 s
     while a run is running, which would print a line each time). Requests are
     answered only for the ``Host:`` names of the bound address, loopback
@@ -60,5 +62,5 @@ def serve(
     from term_fl.dashboard.hosts import allowed_host_names
 
     names, any_ip = allowed_host_names(host, allowed_hosts)
-    app = create_app(db, allowed_hosts=names, any_ip_host=any_ip)
+    app = create_app(db, allowed_hosts=names, any_ip_host=any_ip, token=token)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)

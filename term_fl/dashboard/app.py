@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException
 
 from term_fl.dashboard import compare_view, queries
+from term_fl.dashboard.access import TokenGuard
 from term_fl.dashboard.hosts import HostGuard
 from term_fl.dashboard.render import PLOTLY_JS, STATIC_DIR, file_stem, path_segment, render, script_json
 from term_fl.results import RUN_STATUSES, ResultsStore, RunNotFound, StoreError
@@ -57,6 +58,7 @@ def create_app(
     *,
     allowed_hosts: Iterable[str] | None = None,
     any_ip_host: bool = False,
+    token: str | None = None,
 ) -> FastAPI:
     """The dashboard app for the results store at ``db_path`` (resolved to an absolute path).
 
@@ -64,7 +66,9 @@ def create_app(
     exist yet: until it does, pages and API answer 503 naming the path.
     ``allowed_hosts``: the ``Host:`` names to answer (others get 400; see
     :mod:`term_fl.dashboard.hosts`); None answers any (``serve`` always
-    passes the names of the address it binds).
+    passes the names of the address it binds). ``token``: the access token
+    every request must carry (:mod:`term_fl.dashboard.access`); None asks
+    for none.
     """
     db = Path(db_path).expanduser().resolve()
     app = FastAPI(
@@ -79,7 +83,9 @@ def create_app(
     app.include_router(_api_router())
     app.include_router(_page_router(db))
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    if allowed_hosts is not None:
+    if token is not None:
+        app.add_middleware(TokenGuard, token=token)
+    if allowed_hosts is not None:  # added last: the Host check comes first
         app.add_middleware(HostGuard, names=allowed_hosts, any_ip=any_ip_host)
     return app
 
@@ -199,8 +205,10 @@ def _api_router() -> APIRouter:
     def compare(store: Store, which: Compared) -> Response:
         """Runs grouped into cells by `config_hash` (same settings, other seeds; a repeated seed
         counts once). Per cell and split: mean, standard error (sample std / sqrt(n); null for one
-        seed) and n of every final statistic, paired differences against the FedAvg cell of the same
-        settings and the round from which worst 10% stays ahead of it (`ahead_from`), the ECDF of the
+        seed) and n of every final statistic; against each baseline cell of the same settings
+        (`baselines`: FedAvg ...) the paired differences with the paired t-test's `p_value`, Holm's
+        `p_holm`, `ci95`, the sign-flip `p_signflip` and `significant` (`differences`; `significance`
+        says the rule), and the round from which worst 10% stays ahead (`ahead`); the ECDF of the
         final device accuracies, and the cell chosen on validation; `notices` say what differs and
         what was left out. Its size does not grow with the runs' rounds: the per-round curves are
         `/api/compare/curves`."""

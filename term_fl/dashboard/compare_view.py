@@ -12,7 +12,10 @@ round by SQLite, only for the statistics drawn; a report asks for at most
 a bounded number of rounds per cell (``max_points``).
 
 The rules for cells (one run per seed, labels by what differs, nothing
-pooled silently) are :mod:`term_fl.comparison.cells`'.
+pooled silently) are :mod:`term_fl.comparison.cells`'; the numbers of a
+cell (statistics, paired differences against every baseline, tests, marks)
+are :func:`term_fl.comparison.table.compare_cells`', through
+:mod:`term_fl.dashboard.compare_stats`: the same as the sweep's.
 """
 
 from __future__ import annotations
@@ -23,17 +26,19 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from term_fl.comparison import cells as cc
-from term_fl.comparison.summaries import family, select_by_validation
+from term_fl.comparison.pairing import BASELINES
+from term_fl.comparison.table import (CHOSEN, CHOSEN_MARK, DIFFERENCE_FIELDS, SIGNIFICANT_MARK, difference_columns,
+                                      significance_notes)
+from term_fl.dashboard.compare_stats import add_comparison, mark_chosen, notices, round_curves, sweeps
 from term_fl.dashboard.queries import (
     CURVE_PANELS,
-    DIFFERENCE_STATS,
+    HEADLINE,
+    LIFT,
     PARAM_KEYS,
-    REFERENCE_STRATEGY,
+    PRIMARY,
     SPLIT_LABELS,
     STRATEGIES,
     TRADEOFF,
-    TUNED,
-    COMPARE_STATS,
     BadQuery,
     NotFound,
     run_row,
@@ -42,7 +47,7 @@ from term_fl.dashboard.queries import (
     to_csv,
 )
 from term_fl.common.jsonable import plain
-from term_fl.common.keys import EVAL_SPLITS, SUMMARY_NAMES, VAL
+from term_fl.common.keys import EVAL_SPLITS
 from term_fl.results import ResultsStore, RunInfo
 from term_fl.strategies.registry import cell_label, strategy_order
 
@@ -82,8 +87,7 @@ def compare_with_curves(
     """:func:`compare` and :func:`compare_curves` of a scenario, its runs read once (the static report)."""
     grouped = _group(store, None, scenario)
     curves = _curves_answer(store, grouped, max_points)
-    lift = TRADEOFF["y"][0]
-    known = {c["key"]: {split: {lift: by_key[lift]} for split, by_key in c["curves"].items()}
+    known = {c["key"]: {split: {LIFT: by_key[LIFT]} for split, by_key in c["curves"].items()}
              for c in curves["cells"] if not c["thinned"]}  # fmt: skip
     return _answer(store, grouped, known), curves
 
@@ -126,17 +130,18 @@ def _answer(
     (``lift_curves``: the lift statistic's per-round curves of some cells, if already read)."""
     title, infos, rows, varying = grouped.title, grouped.infos, grouped.rows, grouped.varying
     cells = [dict(c) for c in grouped.cells]  # the curves' answer reads the same cells: left as they are
+    add_comparison(store, cells, rows, dict(lift_curves or {}))
     for cell in cells:
-        members = [rows[r] for r in cell["run_ids"]]
-        _summarise(cell, members)
-        _final_devices(store, cell, members)
-    reference = _add_references(store, cells, dict(lift_curves or {}))
-    _mark_chosen(store, cells, infos)
+        _final_devices(store, cell, [rows[r] for r in cell["run_ids"]])
+    mark_chosen(store, cells, infos)
     runs = [dict(row) for row in rows.values()]
     for row in runs:
         cell = next(c for c in cells if row["run_id"] in c["all_run_ids"])
         row["cell"], row["counted"] = cell["label"], row["run_id"] in cell["run_ids"]
+    references = {c["reference"] for c in cells if c["reference"]}
+    reference = references.pop() if len(references) == 1 else None
     reference_cell = next((c for c in cells if c["key"] == reference), None)
+    pairs = [d["n"] for c in cells for by_split in c["differences"].values() for d in by_split["test"].values()]
     return plain(
         {
             "title": title,
@@ -144,16 +149,20 @@ def _answer(
             "statistics": statistics(),
             "strategies": STRATEGIES,
             "splits": [{"key": s, "label": label} for s, label in SPLIT_LABELS.items()],
-            "table_columns": list(COMPARE_STATS),
-            "difference_columns": list(DIFFERENCE_STATS),
+            "table_columns": list(HEADLINE),
+            "difference_columns": list(PRIMARY),
             "curves": CURVE_PANELS,
             "tradeoff": TRADEOFF,
-            "lift_stat": TRADEOFF["y"][0],
+            "lift_stat": LIFT,
+            "baselines": [{"strategy": b, "label": next(s["label"] for s in STRATEGIES if s["name"] == b)}
+                          for b in BASELINES],  # fmt: skip
+            "significance": {"notes": significance_notes(pairs), "chosen": CHOSEN,
+                             "marks": {"significant": SIGNIFICANT_MARK, "chosen": CHOSEN_MARK}},  # fmt: skip
             "reference": reference,
             "reference_label": reference_cell["label"] if reference_cell else None,
             "varying": varying,
-            "notices": _notices(cells, varying, runs),
-            "sweeps": _sweeps(cells),
+            "notices": notices(cells, varying, runs),
+            "sweeps": sweeps(cells),
             "cells": [{k: v for k, v in c.items() if k != "settings"} for c in cells],
             "runs": runs,
         }
@@ -178,7 +187,7 @@ def _curves_answer(store: ResultsStore, grouped: _Grouped, max_points: int | Non
                 rounds = thin(evaluated, max_points)
         cells.append({
             "key": cell["key"], "label": cell["label"], "thinned": rounds is not None,
-            "evaluated_rounds": total, "curves": _curves(store, cell["run_ids"], keys, rounds),
+            "evaluated_rounds": total, "curves": round_curves(store, cell["run_ids"], keys, rounds),
         })  # fmt: skip
     return {"max_points": max_points, "statistics": keys, "cells": cells}
 
@@ -226,29 +235,6 @@ def _sort_value(value: Any) -> tuple[bool, float]:
     return (value is None, value or 0.0)
 
 
-def _summarise(cell: dict[str, Any], members: list[dict[str, Any]]) -> None:
-    """Mean ± standard error over the cell's seeds of the final statistics, and each seed's values."""
-    cell["stats"], cell["by_seed"] = {}, {}
-    stat_keys = sorted({s["key"] for s in statistics()})
-    for split in EVAL_SPLITS:
-        finals = [m["final"].get(split) or {} for m in members]
-        cell["stats"][split] = {k: cc.mean_se(f.get(k) for f in finals) for k in stat_keys}
-        cell["stats"][split]["round"] = cc.mean_se(f.get("round") for f in finals)
-        cell["by_seed"][split] = {k: {m["seed"]: f.get(k) for m, f in zip(members, finals, strict=True)}
-                                  for k in stat_keys}  # fmt: skip
-
-
-def _curves(
-    store: ResultsStore, run_ids: Sequence[str], keys: Sequence[str], rounds: Sequence[int] | None = None
-) -> dict[str, dict[str, dict[str, list[Any]]]]:
-    """Per split and statistic, the per-round mean ± standard error over the runs (summed by SQLite)."""
-    sums = store.round_stats_sums(run_ids, keys, rounds)
-    return {
-        split: {k: cc.curve(columns["round"], columns[k]["n"], columns[k]["sum"], columns[k]["sumsq"]) for k in keys}
-        for split, columns in sums.items()
-    }
-
-
 def _final_devices(store: ResultsStore, cell: dict[str, Any], members: list[dict[str, Any]]) -> None:
     """The ECDF of the final device accuracies of the cell's seeds, per split."""
     cell["ecdf"] = {}
@@ -259,154 +245,6 @@ def _final_devices(store: ResultsStore, cell: dict[str, Any], members: list[dict
             if last is not None:
                 values += store.load_round_devices(m["run_id"], last, split)["accuracy"].tolist()
         cell["ecdf"][split] = cc.ecdf(values)
-
-
-def _outside(cell: Mapping[str, Any]) -> tuple[Any, ...]:
-    """The cell's settings outside the strategy section (cells of one experiment share them)."""
-    return cc.settings_key(cell["settings"], skip=lambda key: key.startswith("strategy."))
-
-
-def _add_references(
-    store: ResultsStore, cells: list[dict[str, Any]], lift_curves: dict[str, dict[str, dict[str, Any]]]
-) -> str | None:
-    """Per cell, paired differences against the reference (FedAvg) cell of the same other settings, and the
-    round from which the cell's lift (worst 10%) stays ahead of the reference's (from their per-round means,
-    read here for the cells not in ``lift_curves``)."""
-    references = {_outside(c): c for c in cells if c["strategy"] == REFERENCE_STRATEGY}
-    lift = TRADEOFF["y"][0]
-    direction = next(s["direction"] for s in statistics() if s["key"] == lift)
-
-    def lift_curve(cell: dict[str, Any], split: str) -> dict[str, list[Any]]:
-        if cell["key"] not in lift_curves:
-            lift_curves[cell["key"]] = _curves(store, cell["run_ids"], [lift])
-        return (lift_curves[cell["key"]].get(split) or {}).get(lift) or {"round": [], "mean": [], "se": [], "n": []}
-
-    for cell in cells:
-        ref = references.get(_outside(cell))
-        cell["reference"] = ref["key"] if ref else None
-        if ref is None or ref is cell:
-            cell["vs_reference"], cell["ahead_from"] = None, None
-            continue
-        cell["vs_reference"] = {
-            split: {k: cc.paired_difference(cell["by_seed"][split][k], ref["by_seed"][split][k]) for k in DIFFERENCE_STATS}
-            for split in EVAL_SPLITS
-        }
-        cell["ahead_from"] = {
-            split: cc.ahead_from(lift_curve(cell, split), lift_curve(ref, split), higher_is_better=direction > 0)
-            for split in EVAL_SPLITS
-        }
-    for cell in cells:
-        del cell["by_seed"]
-    keys = {c["reference"] for c in cells if c["reference"]}
-    return keys.pop() if len(keys) == 1 else None
-
-
-def _mark_chosen(store: ResultsStore, cells: list[dict[str, Any]], infos: Sequence[RunInfo]) -> None:
-    """Mark, per family of cells (``term``, ``term loss_reduction=sum`` ...) and experiment, the cell the
-    scenario's selection rule chooses on the validation split, as ``term-fl sweep`` does: its objective,
-    average and max_mean_drop, on each run's last ``tail`` evaluated rounds."""
-    selection = next((i.config.get("selection") for i in infos if i.config.get("selection")), None) or {}
-    objective, average = selection.get("objective", "worst_10"), selection.get("average", "mean")
-    tail = int(selection.get("tail") or 1)
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for cell in cells:
-        cell["chosen"] = None
-        groups.setdefault(_outside(cell), []).append(cell)
-    for group in groups.values():
-        rows = [_selection_row(c) for c in group]
-        if any(r is None for r in rows):
-            continue
-        if tail > 1:
-            for row, cell in zip(rows, group, strict=True):
-                row.update(_tail_means(store, cell, tail, [objective, average]))
-        chosen = select_by_validation(rows, objective=objective, average=average,
-                                      max_mean_drop=selection.get("max_mean_drop", 0.01),
-                                      split="validation_tail" if tail > 1 else "validation")  # fmt: skip
-        for name, choice in chosen.items():
-            candidates = [r for r in rows if r["strategy"] != REFERENCE_STRATEGY and family(r) == name]
-            if len(candidates) > 1:  # a choice among several values
-                cell = next(c for c in group if c["key"] == choice["config_hash"])
-                cell["chosen"] = f"chosen on validation: {choice['rule']}" + (
-                    " (the scenario chooses on its clean devices; this is all devices)"
-                    if selection.get("devices") == "clean" else ""
-                )  # fmt: skip
-
-
-def _tail_means(store: ResultsStore, cell: Mapping[str, Any], tail: int, keys: Sequence[str]) -> dict[str, float]:
-    """``validation_tail.KEY``: the mean over the cell's seeds and their last ``tail`` evaluated validation
-    rounds (the runs of a cell share their rounds: the mean of each run's tail mean), summed by SQLite."""
-    keys = list(dict.fromkeys(keys))
-    rounds = store.last_rounds(cell["run_ids"], VAL, tail)
-    columns = store.round_stats_sums(cell["run_ids"], keys, rounds).get(VAL)
-    out = {}
-    for key in keys:
-        n = sum(columns[key]["n"]) if columns else 0
-        if n:
-            out[f"{SUMMARY_NAMES[VAL]}_tail.{key}"] = sum(columns[key]["sum"]) / n
-    return out
-
-
-def _selection_row(cell: Mapping[str, Any]) -> dict[str, Any] | None:
-    row: dict[str, Any] = {"strategy": cell["strategy"], "cell": cell["label"], "config_hash": cell["key"]}
-    for split, name in SUMMARY_NAMES.items():  # comparison.select_by_validation's names
-        for key, value in cell["stats"][split].items():
-            row[f"{name}.{key}"] = value["mean"]
-            row[f"{name}.{key}.se"] = value["se"]
-    if row.get("validation.pooled_mean") is None or row.get("validation.worst_10") is None:
-        return None
-    return row
-
-
-def _sweeps(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Series of cells that differ only in a strategy's tuned parameter (e.g. TERM over t), 2 values or more."""
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for cell in cells:
-        param = TUNED.get(cell["strategy"])
-        if param is None or cell["params"].get(param) is None:
-            continue
-        rest = cc.settings_key(cell["settings"], skip=lambda key, tuned=f"strategy.{param}": key == tuned)
-        groups.setdefault(rest, []).append(cell)
-    sweeps = []
-    for members in groups.values():
-        param = TUNED[members[0]["strategy"]]
-        if len({c["params"][param] for c in members}) < 2:
-            continue
-        members.sort(key=lambda c: c["params"][param])
-        label = {s["name"]: s["label"] for s in STRATEGIES}.get(members[0]["strategy"], members[0]["strategy"])
-        sweeps.append({
-            "id": str(len(sweeps)), "strategy": members[0]["strategy"], "label": label, "param": param,
-            "cells": [c["key"] for c in members], "reference": members[0].get("reference"),
-        })  # fmt: skip
-    return sweeps
-
-
-def _notices(cells: list[dict[str, Any]], varying: list[str], runs: list[dict[str, Any]]) -> list[str]:
-    """What a reader must know before trusting the numbers, in words."""
-    notes = []
-    if varying:
-        values = {k: sorted({cc.format_value(c["settings"].get(k, "unset")) for c in cells}) for k in varying}
-        described = "; ".join(f"{k}: {', '.join(v)}" for k, v in values.items())
-        notes.append(
-            f"The cells differ in settings besides the strategy ({described}). They are shown side by side, "
-            "never pooled; each label names its value."
-        )
-    for cell in cells:
-        for seed, ids in cell["repeats"].items():
-            notes.append(
-                f"{cell['label']}: seed {seed} ran {len(ids) + 1} times. A repeated seed is a repeat, not a new "
-                f"sample: it counts once (run {next(r for r in cell['run_ids'] if r not in ids)}); "
-                f"left out: {', '.join(ids)}."
-            )
-    single = [c["label"] for c in cells if c["n"] == 1]
-    if single:
-        notes.append(f"One seed only (no standard error): {', '.join(single)}.")
-    unfinished = [r for r in runs if r["counted"] and r["status"] != "finished"]
-    for run in unfinished:
-        notes.append(
-            f"Run {run['run_id']} ({run['cell']}, seed {run['seed']}) is {run['status']} at round "
-            f"{run['rounds_completed']} of {run['rounds_planned']}: its numbers are those of its last recorded round."
-        )
-    return notes
 
 
 # -- CSV ------------------------------------------------------------------------
@@ -436,26 +274,27 @@ def table_csv(data: Mapping[str, Any], table: str) -> str:
 
 
 def _cells_csv(data: Mapping[str, Any]) -> str:
-    """Per cell: identity, seeds, and per split every statistic's mean, standard error and n, and the
-    paired differences against the reference cell."""
+    """Per cell: identity, seeds, and per split every statistic's mean, standard error and n, and the paired
+    differences against each baseline cell (the columns of comparison.csv: ``SPLIT.STAT.minus_BASELINE.FIELD``)
+    with the round from which the lift statistic stays ahead of it."""
     stats = [s["key"] for s in data["statistics"]]
-    diffs = data["difference_columns"]
+    baselines = [b["strategy"] for b in data["baselines"]]
     header = ["cell", "strategy", *PARAM_KEYS, "n_seeds", "seeds", "repeated_seeds", "rounds", "chosen", "config_hash",
-              "run_ids"]  # fmt: skip
+              "run_ids", *(f"minus_{b}" for b in baselines)]  # fmt: skip
     for split in SPLIT_LABELS:
         header += [f"{split}.{k}.{m}" for k in stats for m in ("mean", "se", "n")]
-        header += [f"{split}.{k}.minus_reference.{m}" for k in diffs for m in ("mean", "se", "n")]
-        header.append(f"{split}.{data['lift_stat']}.ahead_of_reference_from_round")
+        header += [f"{split}.{k}.minus_{b}.{f}" for b in baselines for k in stats for f in DIFFERENCE_FIELDS]
+        header += [f"{split}.{data['lift_stat']}.ahead_of_{b}_from_round" for b in baselines]
     rows = []
     for c in data["cells"]:
+        flat = difference_columns(c["differences"])
         row = [c["label"], c["strategy"], *(c["params"].get(k) for k in PARAM_KEYS), c["n"],
                " ".join(map(str, c["seeds"])), " ".join(c["repeats"]), c["rounds"], int(bool(c["chosen"])), c["key"],
-               " ".join(c["run_ids"])]  # fmt: skip
+               " ".join(c["run_ids"]), *(c["baselines"].get(b) for b in baselines)]  # fmt: skip
         for split in SPLIT_LABELS:
             row += [c["stats"][split][k][m] for k in stats for m in ("mean", "se", "n")]
-            vs = (c.get("vs_reference") or {}).get(split) or {}
-            row += [(vs.get(k) or {}).get(m) for k in diffs for m in ("mean", "se", "n")]
-            row.append((c.get("ahead_from") or {}).get(split))
+            row += [flat.get(f"{split}.{k}.minus_{b}.{f}") for b in baselines for k in stats for f in DIFFERENCE_FIELDS]
+            row += [((c["ahead"].get(b) or {}).get(split) or {}).get("round") for b in baselines]
         rows.append(row)
     return to_csv(header, rows)
 

@@ -1,6 +1,7 @@
 """Which ``Host:`` names the dashboard answers: a guard against DNS rebinding.
 
-The dashboard has no authentication. A web page on another site can make a
+Bound to loopback the dashboard asks for no token (elsewhere it does:
+:mod:`term_fl.dashboard.access`). A web page on another site can make a
 browser send requests to ``http://127.0.0.1:8050`` through a name the
 attacker controls (DNS rebinding); the request then carries the attacker's
 name in its ``Host:`` header. Answering only the names the dashboard was

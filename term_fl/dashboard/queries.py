@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.maths.fairness import STATISTICS, statistics_table
+from term_fl.maths.fairness import flagged, statistics_table
 from term_fl.common.jsonable import plain
 from term_fl.common.keys import EVAL_SPLITS, SUMMARY_NAMES
 from term_fl.results import DAMAGED, ResultsStore, RunInfo, schema
@@ -52,16 +52,16 @@ __all__ = [
 SPLIT_LABELS = {"test": "test", "val": SUMMARY_NAMES["val"]}  # the order the pages offer them
 STRATEGIES = [{"name": spec.name, "label": spec.label} for spec in REGISTRY.values()]  # registry order
 TUNED = {spec.name: spec.tuned[0] for spec in REGISTRY.values() if spec.tuned}  # what a sweep of it varies
-REFERENCE_STRATEGY = "fedavg"  # paired differences, lines in the sweep charts (as comparison.select_by_validation)
-HEADLINE = tuple(s.key for s in STATISTICS if s.headline)  # term_fl.maths.fairness: the compact tables' statistics
-RISKS = tuple(s.key for s in STATISTICS if s.group == "risk")
-# The comparison's views, by statistic key (labels, directions and groups come from term_fl.maths.fairness).
-TRADEOFF = {"x": "mean", "y": ["worst_10", "std"], "sweep_stats": ["mean", "worst_10", "std"]}
-COMPARE_STATS = tuple(dict.fromkeys((TRADEOFF["x"], *HEADLINE)))  # the cells table: device mean, then the headline
-DIFFERENCE_STATS = ("mean", "worst_10", "std")  # paired differences against the reference
+# The comparison's views, by statistic key, from the flags of term_fl.maths.fairness.STATISTICS (labels,
+# directions and groups come from there too): no list of statistics is kept here.
+HEADLINE = flagged("headline")  # the cells table and the runs list
+PRIMARY = flagged("primary")  # the paired differences and their marks, the per-round curves
+LIFT = flagged("lift")[0]  # "ahead from round"
+TRADEOFF = {"x": flagged("tradeoff", "x")[0], "y": list(flagged("tradeoff", "y")),
+            "sweep_stats": [*flagged("tradeoff", "x"), *flagged("tradeoff", "y")]}  # fmt: skip
 CURVE_PANELS = [
-    *({"key": key} for key in dict.fromkeys((TRADEOFF["x"], "pooled_mean", *TRADEOFF["y"]))),
-    {"key": "risk", "choices": list(RISKS), "note": "loss risk over devices"},
+    *({"key": key} for key in PRIMARY),
+    {"key": "risk", "choices": list(flagged("group", "risk")), "note": "loss risk over devices"},
 ]
 
 

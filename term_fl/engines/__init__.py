@@ -11,14 +11,16 @@ import contextlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ContextManager
 
-from term_fl.config import ConfigError, Scenario, check_fits_dataset
+from term_fl.config import ConfigError, Scenario, check_fits_dataset, executor_of
 from term_fl.data import dataset_for
 from term_fl.common.errors import EngineStartError
 
 if TYPE_CHECKING:
+    from term_fl.clientapp.cache import ClientCache
+    from term_fl.engines.cohort_executor import CohortExecutor
     from term_fl.federation.loop import FederationResult, Recorder, RoundRecord
 
-__all__ = ["ENGINES", "EngineStartError", "check_machine", "engine_session", "run_scenario"]
+__all__ = ["ENGINES", "EngineStartError", "batch_executor", "check_machine", "engine_session", "run_scenario"]
 
 
 def check_machine(scenario: Scenario) -> None:
@@ -42,6 +44,19 @@ def check_machine(scenario: Scenario) -> None:
                 f"resources.num_gpus = {scenario.resources.num_gpus:g} but this machine has no CUDA GPU; "
                 "set it to 0 (or leave it unset)"
             )
+
+
+def batch_executor(executor: str, cache: ClientCache) -> CohortExecutor | None:
+    """The in-process Grid's executor of a resolved ``run.executor`` (None: the ClientApp message by message)."""
+    if executor == "cohort":
+        from term_fl.engines.cohort_executor import CohortExecutor
+
+        return CohortExecutor(cache)
+    if executor == "compiled":
+        from term_fl.engines.compiled_executor import CompiledExecutor
+
+        return CompiledExecutor(cache)
+    return None
 
 
 def engine_session(scenario: Scenario) -> ContextManager[None]:
@@ -70,11 +85,11 @@ def run_scenario(
 
     reload()
 
-    if scenario.run.executor != "sequential" and scenario.run.engine != "inprocess":
+    if executor_of(scenario) != "sequential" and scenario.run.engine != "inprocess":
         raise ConfigError(
             f"run.executor = {scenario.run.executor!r} needs run.engine = 'inprocess' (got "
             f"{scenario.run.engine!r}): Flower's engine runs every client as its own ClientApp; use "
-            "--engine inprocess (or --set run.engine=inprocess), or run.executor = 'sequential'"
+            "--engine inprocess (or --set run.engine=inprocess), or run.executor = 'sequential' or 'auto'"
         )
     check_machine(scenario)
     dataset = dataset_for(scenario)
@@ -86,11 +101,7 @@ def run_scenario(
         from term_fl.engines.inprocess import InProcessGrid
 
         cache = ClientCache()  # the run's own client caches, shared with its cohort executor
-        executor = None
-        if scenario.run.executor == "cohort":
-            from term_fl.engines.cohort_executor import CohortExecutor
-
-            executor = CohortExecutor(cache)
+        executor = batch_executor(executor_of(scenario), cache)
         with InProcessGrid(make_client_app(cache), num_nodes, executor=executor) as grid:
             return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset)
     from term_fl.engines.flower import run_flower_simulation

@@ -31,13 +31,23 @@ import numpy as np
 import torch
 from flwr.app import ArrayRecord, Context, Message, MessageType
 
-from term_fl.clientapp.app import Setting, Workspace, evaluate_reply, train_reply
+from term_fl.clientapp.app import (
+    Setting,
+    Workspace,
+    evaluate_metric_columns,
+    evaluate_reply,
+    train_metric_columns,
+    train_reply,
+)
+from term_fl.learning.compiled_training import CohortTraining
+from term_fl.strategies.cohort_replies import CohortReplies
+from term_fl.strategies.stacked import StackedModels
 from term_fl.learning.cohort_training import evaluate_cohort, supports, train_cohort
 from term_fl.data import FederatedDataset
 from term_fl.common.keys import ARRAYS, CONFIG, EVAL_SPLITS, NUM_PARTITIONS, PARTITION_ID, SCENARIO, SERVER_ROUND
 from term_fl.learning.models import TermModel
 from term_fl.common.seeding import derive_seed
-from term_fl.learning.training import as_tensors
+from term_fl.learning.training import EvalResult, as_tensors
 
 log = logging.getLogger("term_fl")
 
@@ -88,6 +98,32 @@ class FederationTensors:
         )
 
 
+@dataclass(frozen=True)
+class Answer:
+    """A batch answered: the addressed partitions and their training (stacked) or their splits' evaluation."""
+
+    pids: list[int]
+    training: CohortTraining | None = None
+    evaluation: list[list[EvalResult]] | None = None
+
+    def messages(self, messages: Sequence[Message]) -> list[Message]:
+        """One reply Message per message, as the ClientApp builds it."""
+        if self.training is not None:
+            return [train_reply(msg, pid, result)
+                    for msg, pid, result in zip(messages, self.pids, self.training.results(), strict=True)]
+        assert self.evaluation is not None
+        return [evaluate_reply(msg, pid, results)
+                for msg, pid, results in zip(messages, self.pids, self.evaluation, strict=True)]
+
+    def stacked(self, node_ids: list[int]) -> CohortReplies:
+        """The replies as one stacked record and one metric table (the ClientApp's keys, in its order)."""
+        if self.training is not None:
+            return CohortReplies(node_ids, train_metric_columns(self.pids, self.training),
+                                 StackedModels(self.training.weights))
+        assert self.evaluation is not None
+        return CohortReplies(node_ids, evaluate_metric_columns(self.pids, self.evaluation))
+
+
 class CohortExecutor:
     """Answers a batch of train or evaluate messages for term-fl's ClientApp in one batched computation.
 
@@ -105,6 +141,17 @@ class CohortExecutor:
 
     def replies(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> list[Message] | None:
         """The replies to ``messages`` in their order, or None when the Grid should deliver them one by one."""
+        answer = self._answer(messages, contexts)
+        return None if answer is None else answer.messages(messages)
+
+    def cohort_replies(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> CohortReplies | None:
+        """The replies to ``messages`` as one stacked record and one metric table (row k answers message k), or
+        None when the Grid should deliver them one by one."""
+        answer = self._answer(messages, contexts)
+        return None if answer is None else answer.stacked([m.metadata.dst_node_id for m in messages])
+
+    def _answer(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> Answer | None:
+        """The batch's training or evaluation, or None when the Grid should deliver it message by message."""
         if not messages:
             return None
         kind = messages[0].metadata.message_type
@@ -136,8 +183,8 @@ class CohortExecutor:
                 return None
             if kind == MessageType.TRAIN:
                 server_round = int(messages[0].content[CONFIG][SERVER_ROUND])
-                return self._train(setting, model, tensors, messages, pids, server_round)
-            return self._evaluate(setting, model, tensors, messages, pids)
+                return Answer(pids, training=self._training(setting, model, tensors, pids, server_round))
+            return Answer(pids, evaluation=self._evaluate(setting, model, tensors, pids))
         except Exception as exc:  # a client's failure becomes its own error reply on the sequential path
             self._tensors[setting] = None  # and the rest of the run goes that way too: no failing cohort per round
             self._decline(f"a cohort failed ({type(exc).__name__}: {exc}); the rest of this run trains "
@@ -145,14 +192,13 @@ class CohortExecutor:
             return None
 
     # -- the two kinds of batch ------------------------------------------------------
-    @staticmethod
-    def _train(
-        setting: Setting, model: TermModel, tensors: FederationTensors, messages: Sequence[Message],
-        pids: list[int], server_round: int,
-    ) -> list[Message]:
+    def _training(
+        self, setting: Setting, model: TermModel, tensors: FederationTensors, pids: list[int], server_round: int
+    ) -> CohortTraining:
+        """Each addressed device's training, as the ClientApp's ``train_tensors`` would report it."""
         scenario = setting.scenario
         c = scenario.client
-        results = train_cohort(
+        return CohortTraining.stack(train_cohort(
             model,
             tensors.x_train,
             tensors.y_train,
@@ -164,13 +210,13 @@ class CohortExecutor:
             weight_decay=c.weight_decay,
             tau=c.tau,
             seeds=[derive_seed(scenario.run.seed, server_round, pid) for pid in pids],
-        )
-        return [train_reply(msg, pid, result) for msg, pid, result in zip(messages, pids, results, strict=True)]
+        ))
 
     @staticmethod
     def _evaluate(
-        setting: Setting, model: TermModel, tensors: FederationTensors, messages: Sequence[Message], pids: list[int],
-    ) -> list[Message]:
+        setting: Setting, model: TermModel, tensors: FederationTensors, pids: list[int],
+    ) -> list[list[EvalResult]]:
+        """Each addressed device's splits (:data:`EVAL_SPLITS`) evaluated, as the ClientApp reports them."""
         splits = len(EVAL_SPLITS)
         sizes = tensors.eval_sizes[pids]
         if pids == list(range(len(tensors.eval_sizes))):
@@ -181,10 +227,7 @@ class CohortExecutor:
             index = torch.from_numpy(rows).to(setting.device)
             x, y = tensors.x_eval.index_select(0, index), tensors.y_eval.index_select(0, index)
         results = evaluate_cohort(model, x, y, np.cumsum(sizes.reshape(-1)).tolist())
-        return [
-            evaluate_reply(msg, pid, results[i * splits : (i + 1) * splits])
-            for i, (msg, pid) in enumerate(zip(messages, pids, strict=True))
-        ]
+        return [results[i * splits : (i + 1) * splits] for i in range(len(pids))]
 
     # -- what the executor keeps per setting --------------------------------------------
     def _tensors_of(self, setting: Setting, model: TermModel) -> FederationTensors | None:

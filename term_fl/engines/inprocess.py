@@ -16,15 +16,19 @@ becomes an error reply, as in Flower's Simulation Engine. With an
 ``executor`` (``run.executor = "cohort"``,
 :mod:`term_fl.engines.cohort_executor`) a batch of train or evaluate
 messages is answered by one batched computation instead, also
-single-threaded.
+single-threaded; the server loop then receives the batch's replies as one
+stacked record and one metric table (:meth:`InProcessGrid.exchange`,
+:class:`~term_fl.strategies.cohort_replies.CohortReplies`), not a Message per
+client.
 """
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import secrets
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -38,6 +42,7 @@ from term_fl.common.keys import NUM_PARTITIONS, PARTITION_ID
 from term_fl.engines.cohort_executor import CohortExecutor
 from term_fl.flower_internals.identity import empty_run, serverapp_identity, set_message_id
 from term_fl.learning.threads import single_threaded
+from term_fl.strategies.cohort_replies import CohortReplies
 
 if TYPE_CHECKING:
     from term_fl.flower_internals.identity import Run
@@ -130,27 +135,33 @@ class InProcessGrid(Grid):
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
         self._check_serving()
-        ids = []
-        # The cyclic garbage collector is paused while a batch is answered: the replies allocate
-        # many small objects and no reference cycles, and a collection every 700 allocations that
-        # walks everything alive cost a cohort round of 1,000 MLP clients a fifth of its time.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            with single_threaded():
-                messages = list(messages)
-                for msg in messages:
-                    set_message_id(msg, str(uuid4()))
-                    ids.append(msg.metadata.message_id)
-                replies = self._executor.replies(messages, self._contexts) if self._executor is not None else None
-                if replies is None:
-                    replies = [self._deliver(msg) for msg in messages]
-                for mid, reply in zip(ids, replies, strict=True):
-                    self._replies[mid] = reply
-        finally:
-            if collecting:
-                gc.enable()
-        return ids
+        messages = self._with_ids(messages)
+        with _answering():
+            replies = self._executor.replies(messages, self._contexts) if self._executor is not None else None
+            if replies is None:
+                replies = [self._deliver(msg) for msg in messages]
+        for msg, reply in zip(messages, replies, strict=True):
+            self._replies[msg.metadata.message_id] = reply
+        return [msg.metadata.message_id for msg in messages]
+
+    def exchange(self, messages: Iterable[Message]) -> CohortReplies | list[Message]:
+        """The replies to a batch: one stacked :class:`CohortReplies` where the executor answers it as one,
+        else one Message per message (:meth:`send_and_receive`)."""
+        self._check_serving()
+        messages = list(messages)
+        if self._executor is not None:
+            with _answering():
+                cohort = self._executor.cohort_replies(self._with_ids(messages), self._contexts)
+            if cohort is not None:
+                return cohort
+        return list(self.send_and_receive(messages))  # declined, or no executor: through the Grid API
+
+    @staticmethod
+    def _with_ids(messages: Iterable[Message]) -> list[Message]:
+        messages = list(messages)
+        for msg in messages:
+            set_message_id(msg, str(uuid4()))
+        return messages
 
     def pull_messages(self, message_ids: Iterable[str]) -> Iterable[Message]:  # noqa: D102
         return [self._replies.pop(mid) for mid in message_ids if mid in self._replies]
@@ -168,6 +179,26 @@ class InProcessGrid(Grid):
         except Exception as exc:  # a failing client becomes an error reply, as in Flower
             reason = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
             return Message(Error(code=CLIENT_APP_EXCEPTION, reason=reason), reply_to=msg)
+
+
+@contextlib.contextmanager
+def _answering() -> Iterator[None]:
+    """While a batch is answered: one torch thread, as Flower's virtual clients, and the garbage collector paused.
+
+    The replies allocate many small objects and no reference cycles, and a
+    collection every 700 allocations that walks everything alive cost a cohort
+    round of 1,000 MLP clients a fifth of its time. Both are restored after
+    (:func:`term_fl.learning.threads.single_threaded` gives the caller's
+    thread count back).
+    """
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with single_threaded():
+            yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 def _random_node_ids(n: int) -> list[int]:

@@ -11,7 +11,7 @@ collects their validation and test metrics (:func:`evaluate_round`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.serverapp import Grid
@@ -19,13 +19,16 @@ from flwr.serverapp import Grid
 from term_fl.common.keys import EVAL_METRICS
 from term_fl.federation.records import RoundRecord, evaluation_rows, train_rows
 from term_fl.strategies import ExcludedReply, FedAvg, TrainReport
+from term_fl.strategies.cohort_replies import CohortReplies
 
 __all__ = [
     "NOT_EVALUATED",
+    "CohortGrid",
     "EvaluatedRound",
     "TrainedRound",
     "evaluate_round",
     "evaluates",
+    "exchange",
     "round_record",
     "train_round",
 ]
@@ -56,6 +59,21 @@ def evaluates(server_round: int, rounds: int, every: int) -> bool:
     return server_round == rounds or server_round % every == 0
 
 
+@runtime_checkable
+class CohortGrid(Protocol):
+    """A Grid that can answer a batch as one stacked record (the in-process engine's)."""
+
+    def exchange(self, messages: Iterable[Message]) -> CohortReplies | list[Message]:  # noqa: D102
+        ...
+
+
+def exchange(grid: Grid, messages: list[Message], timeout: float) -> CohortReplies | Iterable[Message]:
+    """The replies to ``messages``: stacked where the grid answers a batch as one, else one Message each."""
+    if isinstance(grid, CohortGrid):
+        return grid.exchange(messages)
+    return grid.send_and_receive(messages, timeout=timeout)
+
+
 def _partitions_of(messages: Iterable[Message], node_partitions: dict[int, int]) -> list[int]:
     """The sorted partitions the messages go to."""
     return sorted(node_partitions[m.metadata.dst_node_id] for m in messages)
@@ -73,8 +91,7 @@ def train_round(
     """Sample partitions, send them the global model, and aggregate their replies."""
     messages = list(strategy.configure_train(server_round, arrays, config, grid))
     sampled = _partitions_of(messages, node_partitions)
-    replies = grid.send_and_receive(messages, timeout=timeout)
-    new_arrays, _, report = strategy.aggregate_round(server_round, replies)
+    new_arrays, _, report = strategy.aggregate_round(server_round, exchange(grid, messages, timeout))
     return TrainedRound(new_arrays, sampled, report)
 
 
@@ -87,8 +104,8 @@ def evaluate_round(
     them per round). A reply without every key of ``EVAL_METRICS`` is excluded.
     """
     messages = list(strategy.configure_evaluate(server_round, arrays, config, grid))
-    replies = grid.send_and_receive(messages, timeout=timeout)
-    evaluation = strategy.evaluation_report(server_round, replies, required_metrics=EVAL_METRICS)
+    evaluation = strategy.evaluation_report(server_round, exchange(grid, messages, timeout),
+                                            required_metrics=EVAL_METRICS)
     rows, stats = evaluation_rows(evaluation)
     return EvaluatedRound(rows, stats, evaluation.excluded)
 

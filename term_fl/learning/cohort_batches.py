@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["CohortSchedule", "StepTargets", "cohort_schedule", "step_targets"]
+__all__ = ["CohortSchedule", "StepTargets", "cohort_schedule", "device_rows", "step_targets"]
 
 
 @dataclass(frozen=True)
@@ -48,43 +48,58 @@ class CohortSchedule:
     steps: np.ndarray  # (K,) steps per device, input order
 
 
+def device_rows(
+    starts: np.ndarray, sizes: np.ndarray, *, epochs: int, batch_size: int, seeds: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each device's rows, batch after batch, as :func:`term_fl.learning.training.train_tensors` draws them.
+
+    A device of n rows takes ``ceil(n / batch_size)`` steps per epoch (one
+    when ``n <= batch_size``); its permutations are drawn with its own
+    ``torch.Generator(seed)``. Returns ``rows`` ``(K, max steps * batch_size)``,
+    device k's step s being ``rows[k, s * batch_size : (s + 1) * batch_size]``
+    (-1 pads a short batch at its end, and the steps past the device's
+    own), and the steps per device ``(K,)``.
+    """
+    per_epoch = np.where(sizes <= batch_size, 1, -(-sizes // batch_size))
+    steps = per_epoch * epochs
+    rows = np.full((len(sizes), int(steps.max()) * batch_size), -1, dtype=np.int64)
+    for k in range(len(sizes)):
+        n, start = int(sizes[k]), int(starts[k])
+        stride = int(per_epoch[k]) * batch_size
+        if n <= batch_size:  # one full batch per epoch, in order, no draw (as train_tensors)
+            for epoch in range(epochs):
+                rows[k, epoch * stride : epoch * stride + n] = np.arange(start, start + n)
+            continue
+        generator = torch.Generator().manual_seed(int(seeds[k]))
+        for epoch in range(epochs):
+            rows[k, epoch * stride : epoch * stride + n] = torch.randperm(n, generator=generator).numpy() + start
+    return rows, steps
+
+
 def cohort_schedule(
     starts: np.ndarray, sizes: np.ndarray, *, epochs: int, batch_size: int, seeds: Sequence[int], device: torch.device
 ) -> CohortSchedule:
-    """Every device's batches as :func:`term_fl.learning.training.train_tensors` draws them, laid out step by step.
+    """Every device's batches (:func:`device_rows`) laid out step by step, devices sorted by size.
 
-    A device of n rows takes ``ceil(n / batch_size)`` steps per epoch (one
-    when ``n <= batch_size``); its row indices are drawn on the host with its
-    own ``torch.Generator(seed)`` and copied to ``device`` in one transfer.
+    The row indices are drawn on the host and copied to ``device`` in one transfer.
     """
     # Devices sorted by size, largest first: those with steps left are a prefix of the stack
     order = np.argsort(-sizes, kind="stable")
-    per_epoch = np.where(sizes <= batch_size, 1, -(-sizes // batch_size))
-    steps = per_epoch * epochs
-    total = int(steps.max())
-    # Each sorted device's rows, epoch after epoch; -1 pads a short last batch and a finished device
-    by_device = np.full((len(sizes), total * batch_size), -1, dtype=np.int64)
-    for j, i in enumerate(order):
-        n, start = int(sizes[i]), int(starts[i])
-        stride = int(per_epoch[i]) * batch_size
-        if n <= batch_size:  # one full batch per epoch, in order, no draw (as train_tensors)
-            for epoch in range(epochs):
-                by_device[j, epoch * stride : epoch * stride + n] = np.arange(start, start + n)
-            continue
-        generator = torch.Generator().manual_seed(int(seeds[i]))
-        for epoch in range(epochs):
-            by_device[j, epoch * stride : epoch * stride + n] = torch.randperm(n, generator=generator).numpy() + start
+    by_device, sorted_steps = device_rows(
+        starts[order], sizes[order], epochs=epochs, batch_size=batch_size, seeds=[seeds[i] for i in order]
+    )
     # Steps first: (S, K, B), the padding masked and pointed at row 0
-    rows = np.ascontiguousarray(by_device.reshape(len(sizes), total, batch_size).transpose(1, 0, 2))
+    rows = np.ascontiguousarray(by_device.reshape(len(sizes), -1, batch_size).transpose(1, 0, 2))
     mask = rows >= 0
     rows[~mask] = 0
-    sorted_steps = steps[order]
+    steps = np.empty_like(sorted_steps)
+    steps[order] = sorted_steps
     return CohortSchedule(
         order=order,
         rows=torch.from_numpy(rows).to(device),
         mask=torch.from_numpy(mask).to(device),
         count=torch.from_numpy(mask.sum(axis=2).astype(np.float32)).to(device),
-        active=[int(np.count_nonzero(sorted_steps > s)) for s in range(total)],
+        active=[int(np.count_nonzero(sorted_steps > s)) for s in range(rows.shape[0])],
         steps=steps,
     )
 

@@ -8,10 +8,11 @@ Jain's index, entropy and Gini. The loss risks (VaR, CVaR, EVaR, TiVaR) live
 in :mod:`term_fl.maths.risks`.
 
 :data:`STATISTICS` lists every statistic once, with its label, its group
-(the chart it is drawn in) and whether higher is better: the console, the
+(the chart it is drawn in), whether higher is better and the lists it is in
+(flags: ``headline``, ``primary``, ``tradeoff``, ``lift``): the console, the
 sweep's comparison, the dashboard (its pages and scripts) and the reports
-loop over it. A new statistic is a function here, its entry in
-:func:`fairness_summary` and one line in the table.
+loop over it and keep no list of their own. A new statistic is a function
+here, its entry in :func:`fairness_summary` and one line in the table.
 
 The summary names match the ``test`` / ``validation`` objects of
 summary.json (docs/contracts.md, 'summary.json'). No I/O, no Flower, no torch.
@@ -34,6 +35,7 @@ __all__ = [
     "best_10",
     "entropy",
     "fairness_summary",
+    "flagged",
     "gini",
     "jain_index",
     "mean_accuracy",
@@ -72,6 +74,18 @@ class Statistic:
         runs list.
     description : str
         One line for tooltips and the API's description.
+    primary : bool
+        One of the four statistics every comparison tests and marks (device
+        mean, pooled, worst 10%, std): the paired-difference columns of the
+        sweep's table, the dashboard and the report, Holm's family of a table
+        (``term_fl.comparison.table``), the per-round curves.
+    tradeoff : str
+        Its axis in the fairness trade-off chart: ``"x"`` (the device mean),
+        ``"y"`` (a chart each, against x) or ``""`` (not drawn there); the
+        charts of a swept parameter show the x and y statistics.
+    lift : bool
+        The statistic a fair strategy lifts (worst 10%): the run's progress
+        line beside the x statistic, and "ahead from round" of a comparison.
     """
 
     key: str
@@ -80,6 +94,13 @@ class Statistic:
     direction: int
     headline: bool = False
     description: str = ""
+    primary: bool = False
+    tradeoff: str = ""
+    lift: bool = False
+
+    def __post_init__(self) -> None:
+        if self.tradeoff not in ("", "x", "y"):
+            raise ValueError(f"Statistic {self.key!r}: tradeoff must be '', 'x' or 'y', got {self.tradeoff!r}")
 
 
 GROUPS: dict[str, tuple[str, str]] = {
@@ -94,12 +115,15 @@ GROUPS: dict[str, tuple[str, str]] = {
 
 STATISTICS: tuple[Statistic, ...] = (
     Statistic("mean", "device mean", "accuracy", +1, True,
-              "mean of the device accuracies, each device counting once (the papers' 'average')"),
+              "mean of the device accuracies, each device counting once (the papers' 'average')",
+              primary=True, tradeoff="x"),
     Statistic("pooled_mean", "pooled", "accuracy", +1, True,
-              "pooled accuracy: correct / examples over all devices (large devices count more)"),
-    Statistic("worst_10", "worst 10%", "accuracy", +1, True, "mean accuracy of the worst 10% of devices"),
+              "pooled accuracy: correct / examples over all devices (large devices count more)", primary=True),
+    Statistic("worst_10", "worst 10%", "accuracy", +1, True, "mean accuracy of the worst 10% of devices",
+              primary=True, tradeoff="y", lift=True),
     Statistic("best_10", "best 10%", "accuracy", +1, True, "mean accuracy of the best 10% of devices"),
-    Statistic("std", "std", "spread", -1, True, "population standard deviation of the device accuracies"),
+    Statistic("std", "std", "spread", -1, True, "population standard deviation of the device accuracies",
+              primary=True, tradeoff="y"),
     Statistic("variance_1e4", "variance x 1e4", "variance", -1, False, "population variance x 10^4 (q-FFL's unit)"),
     Statistic("jain", "Jain's index", "index", +1, False, "(sum a)^2 / (K sum a^2): 1 when all devices are equal"),
     Statistic("gini", "Gini", "spread", -1, False, "Gini coefficient of the device accuracies"),
@@ -115,6 +139,13 @@ STATISTICS: tuple[Statistic, ...] = (
 :func:`term_fl.maths.risks.loss_risks` compute them."""
 
 _BY_KEY = {s.key: s for s in STATISTICS}
+
+
+def flagged(flag: str, value: object = True) -> tuple[str, ...]:
+    """The keys of the statistics whose ``flag`` is ``value``, in table order (``flagged("primary")``)."""
+    if flag not in Statistic.__dataclass_fields__:
+        raise ValueError(f"unknown flag {flag!r}; allowed: {', '.join(Statistic.__dataclass_fields__)}")
+    return tuple(s.key for s in STATISTICS if getattr(s, flag) == value)
 
 
 def statistic(key: str) -> Statistic:

@@ -23,7 +23,7 @@ import torch
 
 import term_fl
 from term_fl import results
-from term_fl.config import ConfigError, Scenario, baseline_hash, config_hash
+from term_fl.config import ConfigError, Scenario, baseline_hash, config_hash, executor_of
 from term_fl.comparison.convergence import FLAT, last_fifth_change
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
@@ -150,7 +150,7 @@ def build_summary(
         "status": status,
         "scenario": scenario.name,
         "engine": scenario.run.engine,
-        "executor": scenario.run.executor,
+        "executor": executor_of(scenario),
         "strategy": {"name": scenario.strategy.name, **scenario.strategy_params()},
         "seed": scenario.run.seed,
         "rounds_planned": scenario.run.rounds,

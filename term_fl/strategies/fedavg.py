@@ -44,9 +44,10 @@ from term_fl.flower_internals import from_array_record
 from .aggregation import Aggregation, RoundInputs, TrainOutcome
 from .arithmetic import record_like
 from .defences import defended_losses, defended_models
+from .cohort_replies import CohortReplies, filter_cohort
 from .replies import (
     TrainReplies,
-    arrays_of,
+    aggregated_metrics,
     filter_replies,
     filter_train_replies,
     metric_carriers,
@@ -242,7 +243,7 @@ class FedAvg(PartitionSampling):
             )
         return from_array_record(self.current_arrays)
 
-    def aggregate_round(self, server_round: int, replies: Iterable[Message]) -> TrainOutcome:
+    def aggregate_round(self, server_round: int, replies: Iterable[Message] | CohortReplies) -> TrainOutcome:
         """Filter and sort the replies, apply the defences, run the round function, build the new model.
 
         Returns the new global model (None when no reply was valid: the model
@@ -252,15 +253,20 @@ class FedAvg(PartitionSampling):
         when no reply of the round carries ``train_loss_key`` (the clients do
         not send it: a misconfiguration, not a failed round).
         """
-        replies = list(replies)
         # A strategy that weights by F_k needs at least one reply that sends it
+        replies = replies if isinstance(replies, CohortReplies) else list(replies)
         if self.needs_loss:
-            with_metrics, with_loss = metric_carriers(replies, self.train_loss_key)
+            with_metrics, with_loss = (
+                (len(replies), len(replies) if self.train_loss_key in replies.metrics else 0)
+                if isinstance(replies, CohortReplies) else metric_carriers(replies, self.train_loss_key))
             if with_metrics and not with_loss:
                 raise missing_loss_error(type(self).__name__, self.train_loss_key, server_round, with_metrics)
-        # Keep the valid replies, sorted by partition id, each model decoded once
-        train = filter_train_replies(replies, partition_key=self.partition_key, reference_arrays=self.current_arrays,
-                                     context="aggregate_train", sent=self._sent_index(), **self.train_filter_options())
+        # Keep the valid replies, sorted by partition id, each model decoded once (or taken from the stack)
+        options = dict(partition_key=self.partition_key, reference_arrays=self.current_arrays,
+                       context="aggregate_train", **self.train_filter_options())
+        train = (TrainReplies(*filter_cohort(replies, **options).__dict__.values())
+                 if isinstance(replies, CohortReplies)
+                 else filter_train_replies(replies, sent=self._sent_index(), **options))
         if train.models is None:
             log(WARNING, "aggregate_train: no valid reply in round %d; model unchanged.", server_round)
             empty = np.zeros(0)
@@ -273,20 +279,20 @@ class FedAvg(PartitionSampling):
         aggregation, state = self.round_step(inputs, self.state)
         # The server learning rate scales the round's step; the new model keeps the global model's dtypes
         aggregation = aggregation.stepped(self.server_learning_rate)
-        like = self.current_arrays if self.current_arrays is not None else arrays_of(train.valid[0])
+        like = self.current_arrays if self.current_arrays is not None else train.models.model(0)
         arrays = record_like(aggregation.new_model(inputs.models, global_model), like)
-        metrics = self.train_metrics_aggr_fn([msg.content for msg in train.valid], self.weighted_by_key)
+        metrics = aggregated_metrics(self.train_metrics_aggr_fn, train.metrics, self.weighted_by_key)
         # Keep the new state; report what each reply reported and contributed
         self.state = state
         report = TrainReport(
             server_round=server_round,
             partition_ids=inputs.partition_ids.tolist(),
-            node_ids=[msg.metadata.src_node_id for msg in train.valid],
+            node_ids=train.node_ids,
             losses=reported,
             num_examples=inputs.num_examples,
             weights=np.asarray(aggregation.coefficients, dtype=np.float64),
             diagnostics={**self.state_diagnostics(state), **aggregation.diagnostics},
-            metrics=[dict(metrics_of(msg).items()) for msg in train.valid],
+            metrics=train.metrics,
             excluded=train.excluded,
         )
         log_train_report(report)
@@ -297,9 +303,9 @@ class FedAvg(PartitionSampling):
     ) -> tuple[RoundInputs, NDArray[np.float64]]:
         """The round function's inputs (losses clipped, updates bounded when those defences are on); F_k as reported."""
         assert train.models is not None
-        partitions = [partition_id_of(msg, self.partition_key) for msg in train.valid]
-        who = [(msg.metadata.src_node_id, partition) for msg, partition in zip(train.valid, partitions, strict=True)]
-        reported = metric_values(train.valid, self.train_loss_key, missing=None if self.needs_loss else math.nan)
+        partitions = [partition_id_of(metrics, self.partition_key) for metrics in train.metrics]
+        who = list(zip(train.node_ids, partitions, strict=True))
+        reported = metric_values(train.metrics, self.train_loss_key, missing=None if self.needs_loss else math.nan)
         losses = defended_losses(reported, self.clip_loss, who)
         models = train.models
         if self.max_update_norm > 0:
@@ -308,7 +314,7 @@ class FedAvg(PartitionSampling):
             server_round=server_round,
             partition_ids=np.array([-1 if p is None else p for p in partitions], dtype=np.int64),
             losses=losses,
-            num_examples=metric_values(train.valid, self.weighted_by_key),
+            num_examples=metric_values(train.metrics, self.weighted_by_key),
             models=models,
             global_model=global_model,
         )
@@ -329,41 +335,44 @@ class FedAvg(PartitionSampling):
     # --- evaluation -------------------------------------------------------
 
     def evaluation_report(
-        self, server_round: int, replies: Iterable[Message], required_metrics: Sequence[str] = ()
+        self, server_round: int, replies: Iterable[Message] | CohortReplies, required_metrics: Sequence[str] = ()
     ) -> EvaluationReport:
         """Filter and sort evaluation replies: ``num-examples`` and ``required_metrics`` must hold valid numbers.
 
-        The server loop's evaluation; the report is also kept as :attr:`last_evaluation`.
+        The server loop's evaluation (replies as Messages, or as one stacked
+        :class:`~.cohort_replies.CohortReplies`); the report is also kept as
+        :attr:`last_evaluation`.
         """
-        return self._evaluation(server_round, replies, required_metrics)[1]
+        return self._evaluation(server_round, replies, required_metrics)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Flower's hook: filter and sort the replies, keep an EvaluationReport, average metrics as Flower does."""
-        valid, _ = self._evaluation(server_round, replies, ())
-        if not valid:
+        report = self._evaluation(server_round, replies, ())
+        if not report.metrics:
             return None
-        return self.evaluate_metrics_aggr_fn([msg.content for msg in valid], self.weighted_by_key)
+        return aggregated_metrics(self.evaluate_metrics_aggr_fn, report.metrics, self.weighted_by_key)
 
     def _evaluation(
-        self, server_round: int, replies: Iterable[Message], required_metrics: Sequence[str]
-    ) -> tuple[list[Message], EvaluationReport]:
-        valid, excluded = filter_replies(
-            replies,
-            require_arrays=False,
-            required_metrics=(self.weighted_by_key, *required_metrics),
-            positive_metrics=(self.weighted_by_key,),
-            partition_key=self.partition_key,
-            context="aggregate_evaluate",
-            sent=self._sent_index(),
-        )
+        self, server_round: int, replies: Iterable[Message] | CohortReplies, required_metrics: Sequence[str]
+    ) -> EvaluationReport:
+        options = dict(required_metrics=(self.weighted_by_key, *required_metrics),
+                       positive_metrics=(self.weighted_by_key,), partition_key=self.partition_key,
+                       context="aggregate_evaluate")
+        if isinstance(replies, CohortReplies):
+            cohort = filter_cohort(replies, **options)
+            node_ids, metrics, excluded = cohort.node_ids, cohort.metrics, cohort.excluded
+        else:
+            valid, excluded = filter_replies(replies, require_arrays=False, sent=self._sent_index(), **options)
+            node_ids = [msg.metadata.src_node_id for msg in valid]
+            metrics = [dict(metrics_of(msg).items()) for msg in valid]
         self.last_evaluation = EvaluationReport(
             server_round=server_round,
-            partition_ids=[-1 if (p := partition_id_of(m, self.partition_key)) is None else p for m in valid],
-            node_ids=[msg.metadata.src_node_id for msg in valid],
-            metrics=[dict(metrics_of(msg).items()) for msg in valid],
+            partition_ids=[-1 if (p := partition_id_of(m, self.partition_key)) is None else p for m in metrics],
+            node_ids=node_ids,
+            metrics=metrics,
             excluded=excluded,
         )
-        return valid, self.last_evaluation
+        return self.last_evaluation
 
     def summary(self) -> None:
         """Log the settings that shape a run."""

@@ -58,6 +58,10 @@ class StrategySpec:
         name for it (``client_lr`` is Flower's ``client_learning_rate``,
         ``server_lr`` its ``server_learning_rate``); parameters keep the
         scenario's and the store's names.
+    baseline : bool
+        A baseline of every comparison: each cell is paired with this
+        strategy's cell of the same settings (``term_fl.comparison.pairing``),
+        and a sweep does not choose among its cells.
     """
 
     name: str
@@ -68,6 +72,7 @@ class StrategySpec:
     shown: tuple[str, ...] = ()
     from_client: Mapping[str, str] = field(default_factory=dict)
     arguments: Mapping[str, str] = field(default_factory=dict)
+    baseline: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shown", tuple(dict.fromkeys((*self.tuned, *self.shown))))
@@ -103,9 +108,9 @@ def _resolve(ref: str) -> Any:
 STRATEGIES: dict[str, StrategySpec] = {
     spec.name: spec
     for spec in (
-        StrategySpec("fedavg", "FedAvg", "fedavg:FedAvg", "settings:Settings"),
+        StrategySpec("fedavg", "FedAvg", "fedavg:FedAvg", "settings:Settings", baseline=True),
         StrategySpec("fedavg_uniform", "FedAvg (uniform)", "fedavg_uniform:FedAvgUniform",
-                     "fedavg_uniform:FedAvgUniformSettings"),
+                     "fedavg_uniform:FedAvgUniformSettings", baseline=True),
         StrategySpec("qffl", "q-FFL", "qffl:QFFL", "qffl:QFFLSettings", tuned=("q",), from_client={"client_lr": "lr"},
                      arguments={"client_lr": "client_learning_rate"}),
         StrategySpec("term", "TERM", "term:TermFedAvg", "term:TermSettings", tuned=("t",), shown=("lam",),

@@ -9,25 +9,27 @@ NaN model); the valid replies are sorted by partition-id before any sum
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any, NamedTuple
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord
+from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 from flwr.serverapp.exception import AggregationError
 from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.flower_internals import from_array, records_of
-from term_fl.common.keys import PARTITION_ID
+from term_fl.common.keys import METRICS, PARTITION_ID, TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
 
 from .reports import ExcludedReply
 from .stacked import StackedModels
 
 __all__ = [
     "TrainReplies",
+    "aggregated_metrics",
     "arrays_of",
     "filter_replies",
     "filter_train_replies",
@@ -57,16 +59,54 @@ def arrays_of(msg: Message) -> ArrayRecord:
     return records_of(msg.content, ArrayRecord)[0]
 
 
-def metric_values(replies: Sequence[Message], key: str, missing: float | None = None) -> NDArray[np.float64]:
-    """The metric ``key`` of each (validated) reply as a float64 array.
+def metric_values(
+    replies: Sequence[Message | Mapping[str, Any]], key: str, missing: float | None = None
+) -> NDArray[np.float64]:
+    """The metric ``key`` of each (validated) reply, or of each reply's metrics as a dict, as a float64 array.
 
     With ``missing`` set, a reply without a number under ``key`` gives that
     value instead (FedAvg records the losses that are sent: NaN for the others).
     """
+    records = [metrics_of(item) if isinstance(item, Message) else item for item in replies]
     if missing is None:
-        return np.array([float(metrics_of(msg)[key]) for msg in replies], dtype=np.float64)
-    values = (metrics_of(msg).get(key) for msg in replies)
+        return np.array([float(metrics[key]) for metrics in records], dtype=np.float64)
+    values = (metrics.get(key) for metrics in records)
     return np.array([float(v) if _is_number(v) else missing for v in values], dtype=np.float64)
+
+
+@functools.cache
+def _flower_average() -> Callable[[list[RecordDict], str], MetricRecord]:
+    """Flower's default metrics aggregation: what its FedAvg uses when given none."""
+    from flwr.serverapp.strategy import FedAvg as FlowerFedAvg
+
+    return FlowerFedAvg().train_metrics_aggr_fn
+
+
+def aggregated_metrics(
+    fn: Callable[[list[RecordDict], str], MetricRecord], metrics: Sequence[Mapping[str, Any]], weighting_key: str
+) -> MetricRecord:
+    """A strategy's ``train_metrics_aggr_fn`` / ``evaluate_metrics_aggr_fn`` over the valid replies' metrics.
+
+    Flower's default (``aggregate_metricrecords``: the average weighted by
+    ``weighting_key``, which it leaves out) is computed on the plain dicts,
+    with its arithmetic in its order; any other function gets one RecordDict
+    per reply holding its MetricRecord.
+    """
+    if fn is not _flower_average():
+        return fn([RecordDict({METRICS: MetricRecord(dict(m))}) for m in metrics], weighting_key)
+    weights = [m[weighting_key] for m in metrics]
+    total = sum(weights)
+    averaged: dict[str, Any] = {}
+    for record, weight in zip(metrics, [w / total for w in weights], strict=True):
+        for key, value in record.items():
+            if key == weighting_key:
+                continue
+            if isinstance(value, list):
+                averaged[key] = ([v * weight for v in value] if key not in averaged
+                                 else [c + v * weight for c, v in zip(averaged[key], value, strict=True)])
+            else:
+                averaged[key] = value * weight if key not in averaged else averaged[key] + value * weight
+    return MetricRecord(averaged)
 
 
 def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
@@ -77,22 +117,28 @@ def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
 
 def missing_loss_error(strategy: str, key: str, server_round: int, replies: int) -> AggregationError:
     """The error of a round in which no training reply carries the loss the strategy weights by."""
+    summed = ", with_sum=True" if key == TRAIN_LOSS_BEFORE_SUM else ""
+    send = (f'metrics["{key}"] = loss_before' if key not in (TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM)
+            else "metrics.update(train_metrics(loss_before))")
     return AggregationError(
         f"{strategy} weights each client by F_k, the loss of the received global model on the client's "
         f"training data, measured before local training, which it reads from the metric '{key}'; none of "
         f"the {replies} training replies of round {server_round} carries it. Add two lines to the "
-        "ClientApp's train function (from term_fl.plugin.losses import pre_training_loss):\n"
-        "    loss_before = pre_training_loss(model, trainloader, loss_fn)  "
+        "ClientApp's train function (from term_fl.plugin import pre_training_loss, train_metrics):\n"
+        f"    loss_before = pre_training_loss(model, trainloader, loss_fn{summed})  "
         "# after loading the received weights, before training\n"
-        f'    metrics["{key}"] = loss_before  # in the reply\'s MetricRecord\n'
-        f"or pass train_loss_key=KEY if the clients send this loss under another key. (Flower's examples "
-        "send 'train_loss' as the mean loss during local training: another quantity.)"
+        f"    {send}  # in the reply's MetricRecord\n"
+        "With Flower Datasets' dict batches, name the input and label columns: "
+        f'pre_training_loss(model, trainloader, loss_fn, keys=("img", "label"){summed}). '
+        "NumPy, JAX and scikit-learn models have the same helper in term_fl.plugin.numpy_loss, .jax_loss and "
+        ".sklearn_loss. Or pass train_loss_key=KEY if the clients send this loss under another key. "
+        "(Flower's examples send 'train_loss' as the mean loss during local training: another quantity.)"
     )
 
 
-def partition_id_of(msg: Message, partition_key: str = PARTITION_ID) -> int | None:
-    """The partition id a reply reports, or None when it carries no usable one."""
-    metrics = metrics_of(msg)
+def partition_id_of(msg: Message | Mapping[str, Any], partition_key: str = PARTITION_ID) -> int | None:
+    """The partition id a reply (or its metrics as a dict) reports, or None when it carries no usable one."""
+    metrics = metrics_of(msg) if isinstance(msg, Message) else msg
     value = None if metrics is None else metrics.get(partition_key)
     if _is_number(value) and math.isfinite(value) and float(value).is_integer():
         return int(value)
@@ -167,9 +213,14 @@ def _decoded_arrays(msg: Message, reference: ArrayRecord | None) -> tuple[str | 
 
 
 class TrainReplies(NamedTuple):
-    """The valid training replies of a round (sorted), their models decoded once and stacked, the excluded ones."""
+    """The valid training replies of a round (sorted): their nodes, metrics and models (decoded once, stacked).
 
-    valid: list[Message]
+    The same for replies that came as Messages (:func:`filter_train_replies`)
+    and as one stacked record (:func:`term_fl.strategies.cohort_replies.filter_cohort`).
+    """
+
+    node_ids: list[int]
+    metrics: list[dict[str, Any]]  # each valid reply's MetricRecord as a plain dict
     models: StackedModels | None  # None when no reply is valid
     excluded: list[ExcludedReply]
 
@@ -191,7 +242,8 @@ def filter_train_replies(
     """
     valid, models, excluded = _filter(replies, require_arrays=True, required_metrics=required_metrics,
                                       reference_arrays=reference_arrays, **options)
-    return TrainReplies(valid, StackedModels.stack(models) if models else None, excluded)
+    return TrainReplies([msg.metadata.src_node_id for msg in valid], [dict(metrics_of(msg).items()) for msg in valid],
+                        StackedModels.stack(models) if models else None, excluded)
 
 
 def filter_replies(

@@ -1,11 +1,11 @@
 "use strict";
 // Comparison of cells (same settings, several seeds): the table of final statistics with
-// paired differences against the reference, the fairness trade-off, each statistic
+// paired differences against every baseline (marked where significant), the fairness trade-off, each statistic
 // against the tuned parameter, per-round curves with standard-error bands and the
 // ECDF of the final device accuracies. Live while runs run; stops when none does.
 // The per-round curves come from their own answer, fetched after the rest is drawn.
 (() => {
-  const { page, report, api, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
+  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
   // Run ids travel as repeated run= parameters: an id may hold a comma.
   const runIds = JSON.parse(page.dataset.runIds || "[]");
   const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
@@ -19,22 +19,15 @@
   const better = (stat) => (stat.direction > 0 ? "higher is better" : stat.direction < 0 ? "lower is better" : "");
   const axisTitle = (stat, split) => `${stat.label} (${split}${better(stat) ? ", " + better(stat) : ""})`;
 
+  // The cells: each headline statistic's mean ± SE over seeds; the validation choice marked.
   function drawTable(split) {
     const columns = data.table_columns.map(statOf);
-    const ref = data.reference_label;
-    const diffs = data.difference_columns.map(statOf);
+    const marks = data.significance.marks;
     const head = element("tr", {}, [
       element("th", { text: "cell" }),
       element("th", { text: "seeds", title: "distinct seeds counted (a repeated seed counts once)" }),
       element("th", { text: "rounds" }),
       ...columns.map((s) => element("th", { text: s.label, title: [s.description, better(s)].filter(Boolean).join("; ") })),
-      ...(ref ? diffs.map((s) => element("th", {
-        text: `Δ ${s.label}`, title: `${s.label} minus ${ref}'s, paired over the seeds both ran: mean ± SE`,
-      })) : []),
-      ...(ref ? [element("th", {
-        text: "ahead from round",
-        title: `the round from which the cell's mean ${statOf(data.lift_stat).label} stays above ${ref}'s`,
-      })] : []),
     ]);
     document.querySelector("#cells thead").replaceChildren(head);
     document.querySelector("#cells tbody").replaceChildren(...data.cells.map((cell) => {
@@ -44,28 +37,59 @@
       const label = element("td", { className: "name" }, [
         element("span", { className: "swatch", title: cell.strategy }),
         cell.label,
-        ...(cell.chosen ? [element("span", { className: "chosen", text: " ★", title: cell.chosen })] : []),
+        ...(cell.chosen ? [element("span", { className: "chosen", text: ` ${marks.chosen}`, title: cell.chosen })] : []),
       ]);
       label.firstChild.style.background = styles[cell.key].color;
-      const diff = (cell.vs_reference && cell.vs_reference[split]) || {};
-      return element("tr", { }, [
+      return element("tr", {}, [
         label,
         element("td", { className: "num", text: seeds, title: [`seeds ${cell.seeds.join(", ")}`, repeatNote].filter(Boolean).join("\n") }),
         element("td", { className: "num", text: cell.rounds }),
         ...columns.map((s) => element("td", { className: "num", text: meanSe(cell.stats[split][s.key]) })),
-        ...(ref ? diffs.map((s) => element("td", {
-          className: "num", text: cell.key === data.reference ? "reference" : signed(diff[s.key]),
-          title: diff[s.key] && diff[s.key].seeds ? `seeds ${diff[s.key].seeds.join(", ")}` : null,
-        })) : []),
-        ...(ref ? [element("td", { className: "num", text: cell.key === data.reference ? "—" : String((cell.ahead_from || {})[split] ?? "never") })] : []),
       ]);
     }));
+    document.getElementById("cells-legend").textContent = data.cells.some((c) => c.chosen) ? data.significance.chosen : "";
   }
 
-  function signed(stat) {
-    if (!stat || stat.mean == null) return "—";
-    const text = meanSe(stat);
-    return stat.mean > 0 ? `+${text}` : text;
+  // One row per cell and baseline: the paired difference of each primary statistic, marked where significant,
+  // and the round from which the cell's lift statistic stays ahead. The legend says what a mark means.
+  function drawDifferences(split) {
+    const diffs = data.difference_columns.map(statOf);
+    const lift = statOf(data.lift_stat);
+    const byKey = Object.fromEntries(data.cells.map((c) => [c.key, c]));
+    const rows = data.cells.flatMap((cell) => Object.entries(cell.baselines).map(([baseline, key]) => ({ cell, baseline, ref: byKey[key] })));
+    document.getElementById("paired").classList.toggle("hidden", !rows.length);
+    const head = element("tr", {}, [
+      element("th", { text: "cell" }),
+      element("th", { text: "minus", title: "the baseline cell: same settings, same seeds" }),
+      element("th", { text: "pairs", title: "seeds both cells ran" }),
+      ...diffs.map((s) => element("th", { text: `Δ ${s.label}`, title: `${s.label}: cell minus baseline, mean ± SE over the paired seeds; ${better(s)}` })),
+      element("th", { text: "ahead from round", title: `the round from which the cell's mean ${lift.label} stays ${lift.direction > 0 ? "above" : "below"} the baseline's ("never": not in the last round both evaluated)` }),
+    ]);
+    document.querySelector("#differences thead").replaceChildren(head);
+    document.querySelector("#differences tbody").replaceChildren(...rows.map(({ cell, baseline, ref }) => {
+      const differences = cell.differences[baseline][split] || {};
+      const pairs = Math.max(0, ...Object.values(differences).map((d) => d.n));
+      const ahead = ((cell.ahead[baseline] || {})[split]) || { round: null, rounds_compared: 0 };
+      return element("tr", {}, [
+        element("td", { className: "name", text: cell.label }),
+        element("td", { className: "name", text: ref.label }),
+        element("td", { className: "num", text: String(pairs) }),
+        ...diffs.map((s) => difference(differences[s.key])),
+        element("td", { className: "num", text: ahead.round != null ? String(ahead.round) : ahead.rounds_compared ? "never" : "—" }),
+      ]);
+    }));
+    const notes = data.significance.notes.map((text) => element("li", { text }));
+    document.getElementById("differences-legend").replaceChildren(...notes);
+  }
+
+  function difference(d) {
+    if (!d || d.mean == null) return element("td", { className: "num", text: "—" });
+    const text = (d.mean > 0 ? "+" : "") + meanSe(d) + (d.significant ? ` ${data.significance.marks.significant}` : "");
+    const p = (v) => (v == null ? "—" : Number(v).toPrecision(2));
+    const ci = d.ci95[0] == null ? "—" : `[${fmt(d.ci95[0])}, ${fmt(d.ci95[1])}]`;
+    const title = [`seeds ${d.seeds.join(", ")}`, `t-test p = ${p(d.p_value)}, Holm p = ${p(d.p_holm)}`,
+      `95% interval ${ci}`, `sign-flip p = ${p(d.p_signflip)} (exact; never marks)`].join("\n");
+    return element("td", { className: "num" + (d.significant ? " significant" : ""), text, title });
   }
 
   // Device mean against worst 10% (and against std): one point per cell, error bars in both directions.
@@ -109,7 +133,7 @@
   }
 
   // For each strategy with a tuned parameter swept over several values: each statistic against it,
-  // the reference (FedAvg) as a horizontal line with its standard-error band.
+  // each baseline cell of its settings (FedAvg ...) as a horizontal line with its standard-error band.
   function drawSweeps(split) {
     const box = document.getElementById("sweeps");
     const wanted = data.sweeps.map((s) => `sweep-${s.id}`);
@@ -122,7 +146,7 @@
     }
     for (const sweep of data.sweeps) {
       const cells = sweep.cells.map((key) => data.cells.find((c) => c.key === key));
-      const ref = data.cells.find((c) => c.key === sweep.reference);
+      const refs = sweep.references.map((key) => data.cells.find((c) => c.key === key));
       const xs = cells.map((c) => c.params[sweep.param]);
       const positive = xs.every((v) => v > 0);
       const logX = positive && Math.max(...xs) / Math.min(...xs) >= 20;
@@ -146,18 +170,20 @@
             marker: { size: 20, symbol: "circle-open", color: "#111", line: { width: 2 } },
           });
         }
-        const refStat = ref && ref.stats[split][key];
-        if (refStat && refStat.mean != null) {
+        refs.forEach((ref, i) => {
+          const refStat = ref.stats[split][key];
+          if (refStat.mean == null) return;
           const se = refStat.se ?? 0;
           const span = [Math.min(...xs), Math.max(...xs)];
-          const common = { type: "scatter", mode: "lines", x: span, legendgroup: "reference", hoverinfo: "skip", showlegend: false };
+          const group = `reference-${i}`;
+          const common = { type: "scatter", mode: "lines", x: span, legendgroup: group, hoverinfo: "skip", showlegend: false };
           traces.unshift(
             { ...common, y: span.map(() => refStat.mean - se), line: { width: 0 } },
             { ...common, y: span.map(() => refStat.mean + se), line: { width: 0 }, fill: "tonexty", fillcolor: "rgba(80,80,80,0.15)" },
             { ...common, y: span.map(() => refStat.mean), name: `${ref.label} (± SE)`, showlegend: true,
-              line: { color: "#444", dash: "dash", width: 1.5 }, hoverinfo: "name+y" },
+              line: { color: "#444", dash: ["dash", "dot", "dashdot"][i % 3], width: 1.5 }, hoverinfo: "name+y" },
           );
-        }
+        });
         plot(div.id, traces, {
           height: 340, showlegend: true,
           xaxis: { title: { text: sweep.param }, type: logX ? "log" : "linear", tickvals: xs, ticktext: xs.map(String) },
@@ -220,6 +246,7 @@
       }));
     }
     drawTable(split);
+    drawDifferences(split);
     drawTradeoff(split);
     drawSweeps(split);
     drawCurves(split);

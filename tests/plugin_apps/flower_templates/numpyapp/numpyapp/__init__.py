@@ -1,0 +1,1 @@
+"""numpyapp: A Flower / NumPy app."""

@@ -1,0 +1,1 @@
+"""sklearnapp: A Flower / sklearn app."""

@@ -1,0 +1,1 @@
+"""jaxapp: A Flower / JAX app."""
