@@ -58,8 +58,8 @@ def test_sub_tables_hold_each_strategys_settings_and_a_sweep_over_the_name_takes
 
 
 def test_a_file_in_sub_table_form_expands_to_the_cells_and_hashes_of_its_flat_form(tmp_path):
-    """configs/fairness.toml written with sub-tables and sub-table grid keys: the same cells, folders, hashes."""
-    text = (REPO / "configs" / "fairness.toml").read_text()
+    """configs/fairness.toml as released written with sub-tables and sub-table grid keys: the same cells, hashes."""
+    text = (REPO / "tests" / "data" / "flat-tables" / "released" / "fairness.toml").read_text()
     for flat, tables in (
         ('[strategy]\nname = "term"\nt = 3.0\n', '[strategy]\nname = "term"\n[strategy.term]\nt = 3.0\n'),
         ('[data]\nname = "synthetic"\nnum_devices = 30\nalpha = 1.0\nbeta = 1.0\n'

@@ -657,7 +657,9 @@ def test_every_data_setting_of_a_scenario_is_an_argument_of_build_dataset():
                              environ={})
     built = dataset_for(scenario)
     expected = build_dataset("synthetic", seed=0, num_devices=5, noise="flip_labels", noisy_devices=(1, 3),
-                             max_samples=scenario.data.synthetic.max_samples, train_fraction=0.6, val_fraction=0.2,
+                             max_samples=scenario.data.synthetic.max_samples,
+                             samples_per_device=scenario.data.synthetic.samples_per_device, train_fraction=0.6,
+                             val_fraction=0.2,
                              test_fraction=0.2)
     assert built.metadata == expected.metadata
     assert np.array_equal(built.device(3).y_train, expected.device(3).y_train)

@@ -110,3 +110,19 @@ def test_with_noisy_devices_the_sweep_also_chooses_without_knowing_which_devices
     assert choices["clean"]["term"]["cell"] == "term t=-2" and choices["all"]["term"]["cell"] == "term t=-1"
     plain = group_cells([summary("fedavg", 0, 0.8, 0.1, 0.8, "f"), summary("term", 0, 0.8, 0.2, 0.8, "x", t=1.0)])
     assert set(selections(SelectionConfig(), plain, plain)) == {"all"}  # no noise: one choice
+
+
+def test_report_seeds_alone_choose_nothing_and_report_on_them():
+    assert SelectionConfig(report_seeds=[2, 3]).split_seeds([0, 1, 2, 3]) == ([], [2, 3])
+    from term_fl.cli.sweep import seed_lines
+
+    (line,) = seed_lines({"selection": [], "report": [10, 11, 12], "shared": False})
+    assert "no selection seed ran here" in line and "seeds 10-12" in line
+
+
+def test_a_sweep_without_report_seeds_says_its_tables_are_empty():
+    from term_fl.cli.sweep import seed_lines
+
+    assert SelectionConfig(seeds=[0, 1]).split_seeds([0, 1]) == ([0, 1], [])
+    (line,) = seed_lines({"selection": [0, 1], "report": [], "shared": False})
+    assert "no report seed ran here" in line

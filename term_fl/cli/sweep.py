@@ -236,9 +236,15 @@ def selections(
 
 def seed_lines(seeds: dict[str, Any]) -> list[str]:
     """What the tables were computed on: the selection and the report seeds, or a warning when they are the same."""
+    if not seeds["report"]:
+        return ["no report seed ran here: the tables above are empty (every run.seed is a selection seed; "
+                "add seeds of selection.report_seeds, or seeds outside selection.seeds, to report)"]
     if seeds["shared"]:
         return [f"seeds {_seed_range(seeds['report'])}: the parameters were chosen and are reported on the same "
                 "seeds (set selection.seeds and selection.report_seeds to keep them apart)"]
+    if not seeds["selection"]:
+        return [f"no selection seed ran here: the parameters are the file's own; every table and test above is on "
+                f"the test split of seeds {_seed_range(seeds['report'])}"]
     return [f"chosen on the validation split of seeds {_seed_range(seeds['selection'])}; every table and test "
             f"above is on the test split of seeds {_seed_range(seeds['report'])}, which took no part in the choice"]
 

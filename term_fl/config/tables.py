@@ -186,9 +186,13 @@ class SelectionConfig(Table):
         return self
 
     def split_seeds(self, seeds: list[int]) -> tuple[list[int], list[int]]:
-        """The sweep's ``seeds`` as (selection seeds, report seeds); both all of them when ``seeds`` is unset."""
+        """The sweep's ``seeds`` as (selection seeds, report seeds).
+
+        Neither list set: both are every seed (the sweep says they are shared).
+        Only ``report_seeds``: nothing is chosen, every table is on them.
+        """
         ran = sorted(set(seeds))
-        if not self.seeds:
+        if not self.seeds and not self.report_seeds:
             return ran, ran
         report = self.report_seeds or [s for s in ran if s not in self.seeds]
         return [s for s in ran if s in self.seeds], [s for s in ran if s in report]
