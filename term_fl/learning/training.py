@@ -223,23 +223,18 @@ def segment_results(losses: Tensor, hit: Tensor, ends: Sequence[int], tau: float
     hit_np = hit.cpu().numpy()
     loss = losses.double().cpu()
     loss_np = loss.numpy()
+    bounds = [0, *(int(end) for end in ends)]
+    starts, stops = bounds[:-1], bounds[1:]
+    # every segment's count of hits in one call (integers: exact)
+    corrects = np.add.reduceat(hit_np[:stops[-1]].astype(np.int64), starts).tolist() if stops else []
     results = []
-    for start, end in zip([0, *ends], ends):
-        segment = loss_np[start:end]
-        loss_sum = float(segment.sum())
-        loss_mean = loss_sum / segment.size
+    for start, end, correct in zip(starts, stops, corrects, strict=True):
+        size = end - start
+        loss_sum = float(loss_np[start:end].sum())
+        loss_mean = loss_sum / size
         tilted = loss_mean if tau == 0.0 else float(tilted_mean(loss[start:end], tau))
-        correct = int(np.count_nonzero(hit_np[start:end]))
-        results.append(
-            EvalResult(
-                loss_mean=loss_mean,
-                loss_sum=loss_sum,
-                loss_tilted=tilted,
-                accuracy=correct / segment.size,
-                correct=correct,
-                examples=int(segment.size),
-            )
-        )
+        results.append(EvalResult(loss_mean=loss_mean, loss_sum=loss_sum, loss_tilted=tilted,
+                                  accuracy=correct / size, correct=correct, examples=size))
     return results
 
 
