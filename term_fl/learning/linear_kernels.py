@@ -126,15 +126,19 @@ def _row_loss(s, classes, label):  # noqa: ANN001, ANN202
 
 
 @njit(cache=True)
-def _row_hit(s, classes, label):  # noqa: ANN001, ANN202
-    """Whether the row's prediction is its label: ``s > 0`` (one class) or the first of the largest scores."""
+def _row_loss_and_hit(s, classes, label):  # noqa: ANN001, ANN202
+    """:func:`_row_loss` and whether the prediction is the label (``s > 0``, or the first of the largest scores),
+    in one pass over the scores."""
     if classes == 1:
-        return (1 if s[0] > 0 else 0) == label
-    best = 0
+        return _row_loss(s, classes, label), (1 if s[0] > 0 else 0) == label
+    top, best = s[0], 0
     for c in range(1, classes):
-        if s[c] > s[best]:
-            best = c
-    return best == label
+        if s[c] > top:
+            top, best = s[c], c
+    total = np.float32(0.0)
+    for c in range(classes):
+        total += np.exp(s[c] - top)
+    return np.log(total) - (s[label] - top), best == label
 
 
 @njit(cache=True)
@@ -300,9 +304,7 @@ def _linear_losses(x, y, starts, sizes, weights, biases, model_of, classes):  # 
             other = min(row + 1, end - 1)
             _scores(x, row, other, w, b, chunked[0], chunked[1])
             for i in range(1 + other - row):
-                label = y[row + i]
-                losses[out] = _row_loss(scores[i], classes, label)
-                hits[out] = _row_hit(scores[i], classes, label)
+                losses[out], hits[out] = _row_loss_and_hit(scores[i], classes, y[row + i])
                 out += 1
     return losses, hits
 
