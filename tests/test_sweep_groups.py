@@ -133,7 +133,7 @@ def test_a_grouped_sweep_writes_the_comparison_of_the_one_by_one_sweep_and_resum
     one_by_one, grouped = tmp_path / "one", tmp_path / "grouped"
     assert main(["sweep", str(path), "--out", str(one_by_one), "--db", str(tmp_path / "one.db")]) == 0
     assert main(["sweep", str(path), "--out", str(grouped), "--db", str(tmp_path / "g.db"), "--group-size", "4"]) == 0
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at the console's width
     assert printed.count("4 cells side by side") == 2  # 8 cells: fedavg, term t=1, term t=5, qffl x 2 seeds
     assert _comparison(grouped) == _comparison(one_by_one)
     store = ResultsStore.open_readonly(tmp_path / "g.db")
@@ -149,3 +149,20 @@ def test_a_group_size_below_one_is_refused(tmp_path, capsys):
     code = main(["sweep", str(_sweep_file(tmp_path)), "--out", str(tmp_path / "o"), "--db", str(tmp_path / "d.db"),
                  "--group-size", "0"])
     assert code != 0 and "--group-size" in capsys.readouterr().err
+
+
+def test_a_group_that_cannot_start_runs_its_cells_one_by_one(tmp_path, capsys, monkeypatch):
+    """A cell's folder in use (or its data missing) stops the group before any run: every cell then runs
+    on its own and the one at fault fails alone, as in a sweep without groups."""
+    import term_fl.cli.sweep_groups as sweep_groups
+
+    def refuse(*args, **kwargs):
+        raise OSError("no space left on device")
+
+    monkeypatch.setattr(sweep_groups, "run_many", refuse)
+    path = _sweep_file(tmp_path)
+    out, db = tmp_path / "grouped", tmp_path / "g.db"
+    assert main(["sweep", str(path), "--out", str(out), "--db", str(db), "--group-size", "4"]) == 0
+    printed = " ".join(capsys.readouterr().out.split())  # rich wraps long lines at the console's width
+    assert printed.count("its cells run one by one") == 2
+    assert len(ResultsStore.open_readonly(db).list_runs(scenario="mini", status="finished")) == 8

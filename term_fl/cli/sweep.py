@@ -175,7 +175,7 @@ def run_sweep(
                 console.print(f"{label}: an unfinished earlier attempt was moved to {earlier}")
             jobs.append(CellJob(i, label, cell, cell_dir))
         for group in plan_groups(jobs, group_size):
-            outcomes = run_cell_group(group, store, console) if len(group) > 1 else [_run_cell(group[0], store, console)]
+            outcomes = _run_group(group, store, console) if len(group) > 1 else [_run_cell(group[0], store, console)]
             for job, summary in zip(group, outcomes, strict=True):
                 if summary is None:
                     failed += 1
@@ -202,6 +202,15 @@ def run_sweep(
         console.print(f"chosen for {name}: [bold]{c['cell']}[/] ({c['rule']})")
     console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}")
     return 0 if failed == 0 else 1
+
+
+def _run_group(jobs: list[CellJob], store: ResultsStore, console: Console) -> list[dict[str, Any] | None]:
+    """A group of cells side by side; if the group cannot start (a cell's data or folder), its cells one by one."""
+    try:
+        return run_cell_group(jobs, store, console)
+    except Exception as exc:  # noqa: BLE001 - each cell then says what is wrong with it
+        console.print(f"the group could not start ({type(exc).__name__}: {exc}); its cells run one by one")
+        return [_run_cell(job, store, console) for job in jobs]
 
 
 def _run_cell(job: CellJob, store: ResultsStore, console: Console) -> dict[str, Any] | None:
