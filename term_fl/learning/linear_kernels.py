@@ -192,16 +192,6 @@ def _score_gradient(scores, classes, y, batch, n, weights):  # noqa: ANN001, ANN
 
 @njit(cache=True)
 def _descend(p, grad, lr, penalty, decay, penalised, decayed):  # noqa: ANN001, ANN202, PLR0913
-    """One parameter's SGD step in torch's order: the penalty's and weight decay's terms, then ``p - lr g``."""
-    if penalised:
-        grad += penalty * p
-    if decayed:
-        grad += decay * p
-    return p - lr * grad
-
-
-@njit(cache=True)
-def _descend(p, grad, lr, penalty, decay, penalised, decayed):  # noqa: ANN001, ANN202, PLR0913
     """A chunk's SGD step in torch's order, in place: the penalty's and weight decay's terms, then ``p -= lr g``."""
     for lane in range(LANES):
         g = grad[lane]
