@@ -130,9 +130,11 @@ def compiled_kernel(r: _Round) -> Callable[[], None]:
     from term_fl.learning import linear_kernels
 
     rows, steps = device_rows(r.starts, r.sizes, epochs=1, batch_size=r.batch, seeds=r.seeds)
-    weight = np.zeros((r.classes, r.x.shape[1]), np.float32)
-    bias = np.zeros(r.classes, np.float32)
-    return lambda: linear_kernels.train_linear(r.x, r.y, rows, steps, weight, bias, 0.03, 0.0, 0.0, 0.0, False)
+    weights = np.zeros((1, r.classes, r.x.shape[1]), np.float32)  # one incoming model for every device
+    biases = np.zeros((1, r.classes), np.float32)
+    model_of = np.zeros(len(r.sizes), dtype=np.int64)
+    return lambda: linear_kernels.train_linear(r.x, r.y, rows, steps, weights, biases, model_of, 0.03, 0.0, 0.0,
+                                               0.0, False)
 
 
 def compiled_with_report(r: _Round) -> Callable[[], None]:

@@ -1,6 +1,7 @@
 """Where one Deployment-Engine ClientApp message spends its time, from process start to reply.
 
     python -m benchmarks.clientapp_message [--tree DIR ...] [--reps N] [--scenario fairness|vehicle]
+                                           [--clientapp auto,torch]
 
 Flower 1.42's SuperNode starts a fresh ``flwr-clientapp`` process for every
 message. This benchmark replays that life in a fresh Python process per
@@ -16,7 +17,10 @@ before the process is spawned:
 
 ``--tree`` runs the app from another source tree (e.g. a checkout of main),
 interleaved with this one (A/B/A/B), so that before/after share the
-machine's load. Wall and CPU seconds are medians over ``--reps`` messages of
+machine's load. ``--clientapp auto,torch`` runs each tree with each value
+of ``TERM_FL_CLIENTAPP``, interleaved the same way: ``auto`` answers a
+linear model's messages without torch (term_fl.clientapp.linear_app),
+``torch`` with the torch ClientApp; the table says whether torch was imported. Wall and CPU seconds are medians over ``--reps`` messages of
 each kind. Nothing asserts anything about time.
 """
 
@@ -142,6 +146,10 @@ def one_message(tree: Path, path: Path, env: dict[str, str]) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _name(tree: Path, mode: str) -> str:
+    return f"{tree}[{mode}]"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tree", type=Path, action="append", default=[],
@@ -149,35 +157,42 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--scenario", choices=("fairness", "vehicle"), default="fairness")
     parser.add_argument("--kinds", default="query,train,evaluate")
+    parser.add_argument("--clientapp", default="auto",
+                        help="comma-separated values of TERM_FL_CLIENTAPP to run each tree with (auto, torch)")
     parser.add_argument("--json", type=Path, help="write every measurement here")
     args = parser.parse_args(argv)
     trees = [REPO, *[t.resolve() for t in args.tree]]
     kinds = [k for k in args.kinds.split(",") if k]
+    modes = [m for m in args.clientapp.split(",") if m]
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "OMP_NUM_THREADS": "1"}
-    results: dict[str, dict[str, list[dict]]] = {str(t): {k: [] for k in kinds} for t in trees}
+    variants = [(tree, mode) for tree in trees for mode in modes]
+    results: dict[str, dict[str, list[dict]]] = {_name(t, m): {k: [] for k in kinds} for t, m in variants}
     with tempfile.TemporaryDirectory() as tmp:
         paths = {str(t): build_for_tree(t, args.scenario, Path(tmp) / str(i), env) for i, t in enumerate(trees)}
         for _ in range(args.reps):
             for kind in kinds:
-                for tree in trees:  # interleaved: A B A B
-                    results[str(tree)][kind].append(one_message(tree, paths[str(tree)][kind], env))
+                for tree, mode in variants:  # interleaved: A B A B
+                    results[_name(tree, mode)][kind].append(
+                        one_message(tree, paths[str(tree)][kind], {**env, "TERM_FL_CLIENTAPP": mode}))
     load = os.getloadavg()[0]
     print(f"ClientApp message, fresh process each ({args.scenario} scenario, partition 0, "
           f"median of {args.reps}; load average {load:.1f} on {os.cpu_count()} CPUs)")
     header = f"{'tree':<28} {'message':<9} " + " ".join(f"{s[0]:>16}" for s in STAGES)
     print(header + f" {'total':>8} {'term-fl':>8} {'share':>6}")
     summary = {}
-    for tree in trees:
+    for tree, mode in variants:
         for kind in kinds:
-            runs = results[str(tree)][kind]
+            runs = results[_name(tree, mode)][kind]
             med = {name: statistics.median(r[b] - r[a] for r in runs) for name, a, b in STAGES}
             total = statistics.median(r["reply"] - r["spawned"] for r in runs)
             ours = statistics.median((r["app_import"] - r["flower_start"]) + (r["handle"] - r["message"]) for r in runs)
-            summary[f"{tree.name}:{kind}"] = {**med, "total": total, "term-fl": ours,
-                                              "torch_imported": runs[0]["torch_imported"]}
-            label = tree.name if tree != REPO else f"{tree.name} (this tree)"
+            cpu = statistics.median(r["handle_cpu"] - r["message_cpu"] for r in runs)
+            summary[f"{_name(tree, mode)}:{kind}"] = {**med, "total": total, "term-fl": ours, "handle_cpu": cpu,
+                                                      "torch_imported": runs[0]["torch_imported"]}
+            label = (tree.name if tree != REPO else f"{tree.name} (this tree)") + f" [{mode}]"
             print(f"{label[:28]:<28} {kind:<9} " + " ".join(f"{med[s[0]]:>16.3f}" for s in STAGES)
-                  + f" {total:>8.3f} {ours:>8.3f} {ours / total:>6.0%}")
+                  + f" {total:>8.3f} {ours:>8.3f} {ours / total:>6.0%}"
+                  + f"  torch {'imported' if runs[0]['torch_imported'] else 'not imported'}")
     if args.json:
         args.json.write_text(json.dumps({"load": load, "summary": summary, "raw": results}, indent=1))
     return 0

@@ -1,14 +1,15 @@
 """Reproduction check: short runs of every released scenario, every stored number dumped exactly.
 
-    python benchmarks/reproduce.py run --out DUMP.json [--rounds 20] [--only LABEL,...]
+    python benchmarks/reproduce.py run --out DUMP.json [--rounds 20] [--only LABEL,...] [--executors E,...]
     python benchmarks/reproduce.py compare BEFORE.json AFTER.json
 
 ``run`` runs short versions of the released scenario files (the embedded
 default, configs/fairness.toml's base run and one cell per strategy,
 configs/vehicle-sensor.toml, configs/noisy-sensors.toml, and the template's
 defences and server learning rate on the default) on the in-process engine
-with both executors, plus one run on Flower's Simulation Engine, each into a
-fresh results store, and writes every stored per-device row (device_train,
+with both executors (``--executors`` names others, e.g. ``compiled``), plus
+one run on Flower's Simulation Engine, each into a fresh results store, and
+writes every stored per-device row (device_train,
 device_eval), every round's statistics and diagnostics, summary.json and the
 final model, with each float written exactly (``float.hex``). ``compare``
 says, case by case, whether two dumps hold the same numbers bit for bit, and
@@ -126,11 +127,11 @@ def run_case(scenario: Any, work: Path) -> dict[str, Any]:
     }
 
 
-def _cases(rounds: int, only: set[str]) -> Iterator[tuple[str, Any]]:
+def _cases(rounds: int, only: set[str], executors: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
     from term_fl.config import load_scenario
 
     for label, path, overrides in CASES:
-        for executor in EXECUTORS:
+        for executor in executors:
             name = f"{label}/{executor}"
             if not only or label in only or name in only:
                 yield name, load_scenario(path, {**overrides, "run.rounds": rounds, "run.reference": "none",
@@ -140,7 +141,7 @@ def _cases(rounds: int, only: set[str]) -> Iterator[tuple[str, Any]]:
         yield label, load_scenario(path, {**overrides, "run.rounds": FLOWER_ROUNDS, "run.reference": "none"})
 
 
-def run(out: Path, rounds: int, only: set[str]) -> None:
+def run(out: Path, rounds: int, only: set[str], executors: tuple[str, ...] = EXECUTORS) -> None:
     """Run every case and write the dump."""
     import logging
 
@@ -151,7 +152,7 @@ def run(out: Path, rounds: int, only: set[str]) -> None:
 
     dump: dict[str, Any] = {"term_fl": str(Path(term_fl.__file__).parent), "commit": git_commit(), "cases": {}}
     with tempfile.TemporaryDirectory(prefix="term-fl-reproduce-") as tmp:
-        for name, scenario in _cases(rounds, only):
+        for name, scenario in _cases(rounds, only, executors):
             start = time.perf_counter()
             dump["cases"][name] = run_case(scenario, Path(tmp) / name.replace("/", "-"))
             print(f"{name}: {time.perf_counter() - start:.1f} s", flush=True)
@@ -207,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     run_parser.add_argument("--out", type=Path, required=True)
     run_parser.add_argument("--rounds", type=int, default=20)
     run_parser.add_argument("--only", default="", help="comma-separated case labels (e.g. default,vehicle/cohort)")
+    run_parser.add_argument("--executors", default=",".join(EXECUTORS),
+                            help="comma-separated in-process executors (default: sequential,cohort; e.g. compiled)")
     compare_parser = commands.add_parser("compare", help="compare two dumps bit for bit")
     compare_parser.add_argument("before", type=Path)
     compare_parser.add_argument("after", type=Path)
@@ -215,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
         os.environ.setdefault("FLWR_DISABLE_UPDATE_CHECK", "1")
-        run(args.out, args.rounds, {s.strip() for s in args.only.split(",") if s.strip()})
+        executors = tuple(e.strip() for e in args.executors.split(",") if e.strip())
+        run(args.out, args.rounds, {s.strip() for s in args.only.split(",") if s.strip()}, executors)
         return 0
     return 1 if compare(args.before, args.after) else 0
 

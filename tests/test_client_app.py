@@ -156,8 +156,9 @@ print(json.dumps({"metrics": {k: v for k, v in reply.content["metrics"].items()}
 """
 
 
-def _fresh_process(kind: str, tmp_path) -> dict:
+def _fresh_process(kind: str, tmp_path, clientapp: str = "auto") -> dict:
     import json
+    import os
     import pickle
     import subprocess
     import sys
@@ -171,7 +172,8 @@ def _fresh_process(kind: str, tmp_path) -> dict:
             message.write_bytes(pickle.dumps(Message(content, dst_node_id=1, message_type=kind)))
     repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-c", _FRESH, str(repo), kind, str(message)],
-                         capture_output=True, text=True, timeout=300, check=True)
+                         capture_output=True, text=True, timeout=300, check=True,
+                         env={**os.environ, "TERM_FL_CLIENTAPP": clientapp})
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -183,9 +185,20 @@ def test_a_discovery_query_in_a_fresh_process_imports_neither_torch_nor_the_scen
 
 @pytest.mark.parametrize("kind", ["train", "evaluate"])
 def test_train_and_evaluate_in_a_fresh_process_import_no_sympy_and_answer_as_in_process(kind, tmp_path):
-    """client.app (the FAB's ClientApp) imports the handlers lazily and replies exactly as
-    term_fl.clientapp.app.app; building the model does not pull in sympy (torch's symbolic shapes)."""
-    result = _fresh_process(kind, tmp_path)
+    """With TERM_FL_CLIENTAPP=torch, client.app (the FAB's ClientApp) imports the torch handlers lazily and
+    replies exactly as term_fl.clientapp.app.app; building the model does not pull in sympy (torch's symbolic shapes)."""
+    result = _fresh_process(kind, tmp_path, clientapp="torch")
     assert "sympy" not in result["modules"] and "torch" in result["modules"]
     expected = _send(kind, to_array_record(_weights(3)), 2)
     assert result["metrics"] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", ["train", "evaluate"])
+def test_a_linear_models_message_in_a_fresh_process_imports_no_torch_and_answers_as_torch_does(kind, tmp_path):
+    """By default client.app answers a softmax regression's train and evaluate messages without torch
+    (term_fl.clientapp.linear_app): the torch ClientApp's metrics to float32 rounding."""
+    result = _fresh_process(kind, tmp_path)
+    assert "torch" not in result["modules"] and "term_fl.data" in result["modules"]
+    expected = _send(kind, to_array_record(_weights(3)), 2)
+    assert result["metrics"].keys() == expected.keys()
+    assert result["metrics"] == pytest.approx(expected, rel=1e-5)

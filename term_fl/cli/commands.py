@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
                            parents=[common])
     _add_scenario_args(sweep, config_required=False)
+    sweep.add_argument("--group-size", type=int, default=1, metavar="N",
+                       help="train up to N cells side by side as one batched computation per round: cells on the "
+                            "in-process engine with the compiled executor on the CPU that share the model, the client "
+                            "settings and the shape of the data (strategies and seeds may differ); the same numbers "
+                            "as one by one; the other cells run one by one (default 1: every cell on its own)")
     dash = sub.add_parser("dashboard", help="serve the fairness dashboard over the results store (read-only)",
                           parents=[common])
     dash.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
@@ -201,7 +206,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # A sweep runs on the engine the scenario file or the command line names,
     # else on the in-process engine (same numbers, no Ray start per cell).
     explicit_engine = "engine" in scenario.run.model_fields_set
-    return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console)
+    if args.group_size < 1:
+        raise ConfigError(f"--group-size must be a positive number of cells, got {args.group_size}")
+    return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console,
+                     group_size=args.group_size)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

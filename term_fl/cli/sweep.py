@@ -40,6 +40,7 @@ from term_fl.common.jsonable import plain
 from term_fl.config import Scenario, baseline_hash, config_hash, executor_of, sweep_cells, with_overrides
 from term_fl.comparison.convergence import FLAT, tail_means
 from term_fl.cli.console import RoundProgress, make_console
+from term_fl.cli.sweep_groups import CellJob, plan_groups, run_cell_group
 from term_fl.engines import engine_session
 from term_fl.maths.fairness import STATISTICS, fairness_summary, statistic
 from term_fl.strategies.registry import STRATEGIES
@@ -141,8 +142,14 @@ def run_sweep(
     out_dir: Path | None = None,
     engine: str | None = "inprocess",
     console: Console | None = None,
+    group_size: int = 1,
 ) -> int:
-    """Run (or resume) every cell, then write and print the comparison. Returns an exit code."""
+    """Run (or resume) every cell, then write and print the comparison. Returns an exit code.
+
+    ``group_size`` > 1 runs up to that many unfinished cells that can share
+    one batched computation side by side (:func:`term_fl.cli.sweep_groups.plan_groups`);
+    the others, and every cell with 1, run one by one.
+    """
     console = console or make_console()
     if engine is not None:
         scenario = with_overrides(scenario, {"run.engine": engine})
@@ -153,7 +160,8 @@ def run_sweep(
         f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} "
         f"(executor {executor_of(scenario)}) -> {out_dir}"
     )
-    summaries: list[tuple[dict[str, Any], Scenario]] = []
+    summaries: dict[int, tuple[dict[str, Any], Scenario]] = {}
+    jobs: list[CellJob] = []
     failed = 0
     start = time.perf_counter()
     with ResultsStore(db) as store, engine_session(scenario):
@@ -168,25 +176,25 @@ def run_sweep(
             done = finished_summary(cell_dir, cell, store)
             if done is not None:
                 console.print(f"{label}: already finished, skipped")
-                summaries.append((done, cell))
+                summaries[i] = (done, cell)
                 continue
             earlier = set_aside_earlier_attempt(cell_dir, store)
             if earlier is not None:
                 console.print(f"{label}: an unfinished earlier attempt was moved to {earlier}")
-            try:
-                # one bar per cell on a terminal; off it, a line after the first and the last round
-                with RoundProgress(console, cell.run.rounds, label, steps=1) as progress:
-                    recorder = run_one(cell, store, out_dir=cell_dir, on_round=progress)
-            except Exception as exc:  # one failing cell does not lose the others
-                failed += 1
-                console.print(f"{label}: [bold red]failed[/]: {type(exc).__name__}: {exc}")
-                continue
-            summaries.append((recorder.summary or {}, cell))
+            jobs.append(CellJob(i, label, cell, cell_dir))
+        for group in plan_groups(jobs, group_size):
+            outcomes = _run_group(group, store, console) if len(group) > 1 else [_run_cell(group[0], store, console)]
+            for job, summary in zip(group, outcomes, strict=True):
+                if summary is None:
+                    failed += 1
+                else:
+                    summaries[job.index] = (summary, job.cell)
+        summaries_in_order = [summaries[i] for i in sorted(summaries)]
         sel = scenario.selection
         finished = [  # config: what pairing reads; reference_hash: summaries written before it existed
             with_tail_statistics({"reference_hash": baseline_hash(cell), **summary, "config": plain(cell.model_dump())},
                                  store, sel.tail)
-            for summary, cell in summaries
+            for summary, cell in summaries_in_order
             if summary.get("status") == "finished"
         ]
     wall = time.perf_counter() - start
@@ -253,6 +261,27 @@ def _seed_range(seeds: list[int]) -> str:
     if seeds and seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
         return f"{seeds[0]}-{seeds[-1]}"
     return ", ".join(map(str, seeds)) or "none"
+
+
+def _run_group(jobs: list[CellJob], store: ResultsStore, console: Console) -> list[dict[str, Any] | None]:
+    """A group of cells side by side; if the group cannot start (a cell's data or folder), its cells one by one."""
+    try:
+        return run_cell_group(jobs, store, console)
+    except Exception as exc:  # noqa: BLE001 - each cell then says what is wrong with it
+        console.print(f"the group could not start ({type(exc).__name__}: {exc}); its cells run one by one")
+        return [_run_cell(job, store, console) for job in jobs]
+
+
+def _run_cell(job: CellJob, store: ResultsStore, console: Console) -> dict[str, Any] | None:
+    """One cell on its own: its summary, or None when it failed (said on the console)."""
+    try:
+        # one bar per cell on a terminal; off it, a line after the first and the last round
+        with RoundProgress(console, job.cell.run.rounds, job.label, steps=1) as progress:
+            recorder = run_one(job.cell, store, out_dir=job.cell_dir, on_round=progress)
+    except Exception as exc:  # one failing cell does not lose the others
+        console.print(f"{job.label}: [bold red]failed[/]: {type(exc).__name__}: {exc}")
+        return None
+    return recorder.summary or {}
 
 
 def with_tail_statistics(summary: dict[str, Any], store: ResultsStore, tail: int) -> dict[str, Any]:

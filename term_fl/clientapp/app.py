@@ -23,30 +23,33 @@ from flwr.clientapp import ClientApp
 
 from term_fl.config import Scenario
 from term_fl.data import DeviceData, FederatedDataset, dataset_for
-from term_fl.flower_internals import from_array_record, metric_record, reply_message, to_array_record
+from term_fl.flower_internals import from_array_record
 from term_fl.common.keys import (
     ARRAYS,
     CONFIG,
     EVAL_SPLITS,
-    METRICS,
     NUM_EXAMPLES,
-    NUM_PARTITIONS,
     PARTITION_ID,
     SCENARIO,
     SERVER_ROUND,
     TRAIN_LOSS_BEFORE,
     TRAIN_LOSS_AFTER,
     TRAIN_LOSS_BEFORE_SUM,
-    eval_key,
 )
 from term_fl.learning.models import TermModel, model_for, set_weights
+from term_fl.clientapp.answers import (
+    evaluate_metrics,
+    evaluate_reply,
+    partition_of,
+    train_metrics,
+    train_reply,
+)
 from term_fl.clientapp.node_query import partition_reply
 from term_fl.common.seeding import derive_seed
 from term_fl.learning.compiled_training import CohortTraining
 from term_fl.learning.threads import single_threaded
+from term_fl.learning.results import EvalResult
 from term_fl.learning.training import (
-    EvalResult,
-    TrainResult,
     as_tensors,
     evaluate_segments,
     move_model,
@@ -129,23 +132,6 @@ class Workspace:
         return device_tensors(setting.dataset.device(partition_id), model, setting.device)
 
 
-def _partition(context: Context, dataset: FederatedDataset) -> int:
-    try:
-        pid = int(context.node_config[PARTITION_ID])
-    except KeyError:
-        raise ValueError(
-            "node_config has no 'partition-id': start the SuperNode with "
-            "--node-config \"partition-id=I num-partitions=N\""
-        ) from None
-    num = int(context.node_config.get(NUM_PARTITIONS, dataset.num_devices))
-    if num != dataset.num_devices or not 0 <= pid < dataset.num_devices:
-        raise ValueError(
-            f"partition-id={pid} num-partitions={num} does not match the dataset "
-            f"'{dataset.name}' with {dataset.num_devices} devices (allowed partition ids 0..{dataset.num_devices - 1})"
-        )
-    return pid
-
-
 def query(msg: Message, context: Context) -> Message:
     """Tell the server which partition this node holds (node discovery)."""
     return partition_reply(msg, context)
@@ -156,7 +142,7 @@ def _task(
 ) -> tuple[Setting, int, TermModel, DeviceTensors]:
     """What a train or evaluate message asks of this node: the setting, the partition, the model, the tensors."""
     setting = workspace.setting(str(msg.content[CONFIG][SCENARIO]))
-    pid = _partition(context, setting.dataset)
+    pid = partition_of(context, setting.dataset)
     model = workspace.model(setting, msg.content[ARRAYS], training=training)
     return setting, pid, model, workspace.tensors(setting, model, pid)
 
@@ -180,25 +166,6 @@ def train(msg: Message, context: Context, workspace: Workspace) -> Message:
     return train_reply(msg, pid, result)
 
 
-def train_metrics(partition_id: int, result: TrainResult) -> dict[str, int | float]:
-    """The metrics of a train reply (docs/contracts.md, 'Messages'), in the order the reply holds them."""
-    before = result.before
-    return {
-        NUM_EXAMPLES: int(result.num_examples),
-        PARTITION_ID: partition_id,
-        # F_k: tau-tilted loss of the incoming model (the mean loss when tau = 0)
-        TRAIN_LOSS_BEFORE: float(before.loss_tilted),
-        TRAIN_LOSS_BEFORE_SUM: float(before.loss_sum),
-        TRAIN_LOSS_AFTER: float(result.loss_after),
-    }
-
-
-def train_reply(msg: Message, partition_id: int, result: TrainResult) -> Message:
-    """The reply to a train message: the trained weights and :func:`train_metrics`."""
-    metrics = metric_record(train_metrics(partition_id, result))
-    return reply_message(msg, {ARRAYS: to_array_record(result.weights), METRICS: metrics})
-
-
 def train_metric_columns(partition_ids: Sequence[int], training: CohortTraining) -> dict[str, np.ndarray]:
     """:func:`train_metrics` of a cohort as one table: a column per key (int64 or float64), the same order."""
     return {
@@ -216,23 +183,6 @@ def evaluate(msg: Message, context: Context, workspace: Workspace) -> Message:
         _, pid, model, data = _task(msg, context, workspace, training=False)
         results = evaluate_segments(model, data.x_eval, data.y_eval, data.eval_ends)
     return evaluate_reply(msg, pid, results)
-
-
-def evaluate_metrics(partition_id: int, results: Sequence[EvalResult]) -> dict[str, int | float]:
-    """The metrics of an evaluate reply: per split of :data:`EVAL_SPLITS` (in order) its loss, accuracy, counts."""
-    values: dict[str, int | float] = {PARTITION_ID: partition_id}
-    for split, res in zip(EVAL_SPLITS, results, strict=True):
-        values[eval_key(split, "loss")] = res.loss_mean
-        values[eval_key(split, "accuracy")] = res.accuracy
-        values[eval_key(split, "correct")] = res.correct
-        values[eval_key(split, "examples")] = res.examples
-    values[NUM_EXAMPLES] = sum(res.examples for res in results)
-    return values
-
-
-def evaluate_reply(msg: Message, partition_id: int, results: Sequence[EvalResult]) -> Message:
-    """The reply to an evaluate message: :func:`evaluate_metrics`."""
-    return reply_message(msg, {METRICS: metric_record(evaluate_metrics(partition_id, results))})
 
 
 def evaluate_metric_columns(

@@ -26,10 +26,11 @@ import logging
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
-from flwr.app import ArrayRecord, Context, Message, MessageType
+from flwr.app import ArrayRecord, Context, Message, MessageType, RecordDict
 
 from term_fl.clientapp.app import (
     Setting,
@@ -41,12 +42,13 @@ from term_fl.clientapp.app import (
 )
 from term_fl.learning.compiled_training import CohortTraining
 from term_fl.strategies.cohort_replies import CohortReplies
+from term_fl.strategies.instructions import Instructions
 from term_fl.strategies.stacked import StackedModels
 from term_fl.learning.cohort_training import evaluate_cohort, supports, train_cohort
 from term_fl.data import FederatedDataset
 from term_fl.common.keys import ARRAYS, CONFIG, EVAL_SPLITS, NUM_PARTITIONS, PARTITION_ID, SCENARIO, SERVER_ROUND
 from term_fl.learning.models import TermModel
-from term_fl.common.seeding import derive_seed
+from term_fl.common.seeding import derive_seeds
 from term_fl.learning.training import EvalResult, as_tensors
 
 log = logging.getLogger("term_fl")
@@ -124,6 +126,26 @@ class Answer:
         return CohortReplies(node_ids, evaluate_metric_columns(self.pids, self.evaluation))
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A batch an executor answers, checked: its setting, the global model, the stacked devices, the partitions."""
+
+    batch: Batch
+    setting: Setting
+    model: TermModel
+    tensors: FederationTensors
+    pids: list[int]
+
+    @property
+    def server_round(self) -> int:
+        """The round a train batch belongs to (its config's ``server-round``)."""
+        return int(self.batch.content[CONFIG][SERVER_ROUND])
+
+    def replies(self, training: CohortTraining) -> CohortReplies:
+        """The batch's replies from its training, as one stacked record and metric table."""
+        return Answer(self.pids, training=training).stacked(self.batch.node_ids)
+
+
 class CohortExecutor:
     """Answers a batch of train or evaluate messages for term-fl's ClientApp in one batched computation.
 
@@ -141,33 +163,67 @@ class CohortExecutor:
 
     def replies(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> list[Message] | None:
         """The replies to ``messages`` in their order, or None when the Grid should deliver them one by one."""
-        answer = self._answer(messages, contexts)
+        answer = self._answer(_batch_of(messages), contexts)
         return None if answer is None else answer.messages(messages)
 
     def cohort_replies(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> CohortReplies | None:
         """The replies to ``messages`` as one stacked record and one metric table (row k answers message k), or
-        None when the Grid should deliver them one by one."""
-        answer = self._answer(messages, contexts)
-        return None if answer is None else answer.stacked([m.metadata.dst_node_id for m in messages])
+        None when the Grid should deliver them one by one.
 
-    def _answer(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> Answer | None:
+        ``messages`` may be :class:`~term_fl.strategies.instructions.Instructions`:
+        their shared content and node ids are read without building a Message.
+        """
+        batch = _batch_of(messages)
+        answer = self._answer(batch, contexts)
+        return None if answer is None or batch is None else answer.stacked(batch.node_ids)
+
+    def prepare_training(self, messages: Sequence[Message], contexts: Mapping[int, Context]) -> Prepared | None:
+        """A train batch checked and ready to compute (its setting, global model, tensors, partitions), or None
+        when the executor would not answer it (a group trains several runs' prepared batches at once)."""
+        prepared = self._prepare(_batch_of(messages), contexts)
+        return prepared if prepared is not None and prepared.batch.kind == MessageType.TRAIN else None
+
+    def use_tensors(self, setting: Setting, tensors: FederationTensors) -> None:
+        """Keep ``tensors`` as the setting's stacked devices (a group hands its runs views of one shared array)."""
+        self._tensors[setting] = tensors
+
+    def failed(self, prepared: Prepared, exc: BaseException) -> None:
+        """A prepared batch whose computation failed: the rest of its run goes client by client, said once."""
+        self._fail(prepared.setting, exc)
+
+    def _fail(self, setting: Setting, exc: BaseException) -> None:
+        self._tensors[setting] = None  # no failing cohort per round
+        self._decline(f"a cohort failed ({type(exc).__name__}: {exc}); the rest of this run trains "
+                      "client by client")
+
+    def _answer(self, batch: Batch | None, contexts: Mapping[int, Context]) -> Answer | None:
         """The batch's training or evaluation, or None when the Grid should deliver it message by message."""
-        if not messages:
+        prepared = self._prepare(batch, contexts)
+        if prepared is None:
             return None
-        kind = messages[0].metadata.message_type
-        if kind not in (MessageType.TRAIN, MessageType.EVALUATE) or any(
-            m.metadata.message_type != kind or m.metadata.dst_node_id not in contexts for m in messages
+        try:
+            if prepared.batch.kind == MessageType.TRAIN:
+                return Answer(prepared.pids, training=self._training(
+                    prepared.setting, prepared.model, prepared.tensors, prepared.pids, prepared.server_round))
+            return Answer(prepared.pids, evaluation=self._evaluate(
+                prepared.setting, prepared.model, prepared.tensors, prepared.pids))
+        except Exception as exc:  # a client's failure becomes its own error reply on the sequential path
+            self.failed(prepared, exc)
+            return None
+
+    def _prepare(self, batch: Batch | None, contexts: Mapping[int, Context]) -> Prepared | None:
+        """What the batch needs computed, or None when the Grid should deliver it message by message."""
+        if batch is None or batch.kind not in (MessageType.TRAIN, MessageType.EVALUATE) or any(
+            node not in contexts for node in batch.node_ids
         ):
             return None
-        shared = _shared_content(messages)
-        if shared is None:
+        if batch.scenario_json is None or batch.arrays is None:
             self._decline("the messages of a batch do not share one scenario and one global-model record")
             return None
-        scenario_json, arrays = shared
         try:
-            setting = self._workspace.setting(scenario_json)
+            setting = self._workspace.setting(batch.scenario_json)
             num_devices = setting.dataset.num_devices
-            configs = [contexts[m.metadata.dst_node_id].node_config for m in messages]
+            configs = [contexts[node].node_config for node in batch.node_ids]
             pids = [int(config[PARTITION_ID]) for config in configs]
         except Exception:  # noqa: BLE001 - the ClientApp turns it into each client's error reply
             return None
@@ -177,18 +233,13 @@ class CohortExecutor:
         if self._tensors.get(setting, False) is None:
             return None
         try:
-            model = self._workspace.model(setting, arrays, training=False)  # not changed by the cohort
+            model = self._workspace.model(setting, batch.arrays, training=False)  # not changed by the cohort
             tensors = self._tensors_of(setting, model)
             if tensors is None:
                 return None
-            if kind == MessageType.TRAIN:
-                server_round = int(messages[0].content[CONFIG][SERVER_ROUND])
-                return Answer(pids, training=self._training(setting, model, tensors, pids, server_round))
-            return Answer(pids, evaluation=self._evaluate(setting, model, tensors, pids))
+            return Prepared(batch, setting, model, tensors, pids)
         except Exception as exc:  # a client's failure becomes its own error reply on the sequential path
-            self._tensors[setting] = None  # and the rest of the run goes that way too: no failing cohort per round
-            self._decline(f"a cohort failed ({type(exc).__name__}: {exc}); the rest of this run trains "
-                          "client by client")
+            self._fail(setting, exc)
             return None
 
     # -- the two kinds of batch ------------------------------------------------------
@@ -209,7 +260,7 @@ class CohortExecutor:
             batch_size=c.batch_size,
             weight_decay=c.weight_decay,
             tau=c.tau,
-            seeds=[derive_seed(scenario.run.seed, server_round, pid) for pid in pids],
+            seeds=derive_seeds(scenario.run.seed, server_round, pids),
         ))
 
     @staticmethod
@@ -253,18 +304,42 @@ class CohortExecutor:
             log.warning("cohort executor: %s; falling back to the sequential executor", reason)
 
 
-def _shared_content(messages: Sequence[Message]) -> tuple[str, ArrayRecord] | None:
-    """The scenario and the global-model record every message carries, or None if they differ."""
-    first = messages[0].content
-    try:
-        arrays = first[ARRAYS]
-        scenario_json = str(first[CONFIG][SCENARIO])
-        for msg in messages[1:]:
-            content = msg.content
-            if content is not first and (
-                content[ARRAYS] is not arrays or str(content[CONFIG][SCENARIO]) != scenario_json
-            ):
-                return None
-    except KeyError:
+class Batch(NamedTuple):
+    """What a batch of messages asks: its kind, its nodes, and the content they share (None where they do not)."""
+
+    kind: str
+    node_ids: list[int]
+    content: RecordDict
+    scenario_json: str | None
+    arrays: ArrayRecord | None
+
+
+def _batch_of(messages: Sequence[Message]) -> Batch | None:
+    """The batch ``messages`` form, or None when they are not one kind of message."""
+    if isinstance(messages, Instructions):
+        return Batch(messages.message_type, messages.node_ids, messages.content, *_scenario_and_model(
+            messages.content))
+    if not messages:
         return None
-    return scenario_json, arrays
+    kind = messages[0].metadata.message_type
+    if any(m.metadata.message_type != kind for m in messages):
+        return None
+    first = messages[0].content
+    scenario_json, arrays = _scenario_and_model(first)
+    for msg in messages[1:]:
+        content = msg.content
+        if content is first:
+            continue
+        other_json, other_arrays = _scenario_and_model(content)
+        if other_arrays is not arrays or other_json != scenario_json:
+            scenario_json = arrays = None
+            break
+    return Batch(kind, [m.metadata.dst_node_id for m in messages], first, scenario_json, arrays)
+
+
+def _scenario_and_model(content: RecordDict) -> tuple[str | None, ArrayRecord | None]:
+    """The scenario JSON and the global-model record a message carries, (None, None) without them."""
+    try:
+        return str(content[CONFIG][SCENARIO]), content[ARRAYS]
+    except KeyError:
+        return None, None

@@ -16,9 +16,15 @@ from __future__ import annotations
 import logging
 
 from term_fl.clientapp.app import Setting
-from term_fl.common.seeding import derive_seed
-from term_fl.engines.cohort_executor import CohortExecutor, FederationTensors
-from term_fl.learning.compiled_training import CohortTraining, compiler_available, supports, train_compiled
+from term_fl.common.seeding import derive_seeds
+from term_fl.engines.cohort_executor import CohortExecutor, FederationTensors, Prepared
+from term_fl.learning.compiled_training import (
+    CohortTraining,
+    CompiledTask,
+    compiler_available,
+    supports,
+    train_compiled,
+)
 from term_fl.learning.models import TermModel
 
 log = logging.getLogger("term_fl")
@@ -50,8 +56,17 @@ class CompiledExecutor(CohortExecutor):
             batch_size=c.batch_size,
             weight_decay=c.weight_decay,
             tau=c.tau,
-            seeds=[derive_seed(scenario.run.seed, server_round, pid) for pid in pids],
+            seeds=derive_seeds(scenario.run.seed, server_round, pids),
         )
+
+    def compiled_task(self, prepared: Prepared, offset: int = 0) -> CompiledTask | None:
+        """A prepared train batch as a task of :func:`train_compiled_group` (its rows ``offset`` further on in
+        the group's shared rows), or None where the kernel does not apply."""
+        if _why_not_compiled(prepared.model, prepared.setting) is not None:
+            return None
+        tensors, pids = prepared.tensors, prepared.pids
+        seeds = derive_seeds(prepared.setting.scenario.run.seed, prepared.server_round, pids)
+        return CompiledTask(prepared.model, offset + tensors.train_starts[pids], tensors.train_sizes[pids], seeds)
 
     def _say_once(self, line: str) -> None:
         if line not in self._declined:

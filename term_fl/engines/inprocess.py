@@ -28,7 +28,7 @@ import contextlib
 import gc
 import secrets
 import traceback
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import ExitStack
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -43,6 +43,7 @@ from term_fl.engines.cohort_executor import CohortExecutor
 from term_fl.flower_internals.identity import empty_run, serverapp_identity, set_message_id
 from term_fl.learning.threads import single_threaded
 from term_fl.strategies.cohort_replies import CohortReplies
+from term_fl.strategies.instructions import Instructions
 
 if TYPE_CHECKING:
     from term_fl.flower_internals.identity import Run
@@ -55,7 +56,10 @@ class InProcessGrid(Grid):
 
     Use it in a ``with`` block (``with InProcessGrid(app, n) as grid:
     run_federation(grid, ...)``): inside, Messages built in this process come
-    from the grid's ServerApp; outside, the grid refuses to work.
+    from the grid's ServerApp; outside, the grid refuses to work. ``run_id``:
+    the Flower run the grid's ServerApp serves (random by default); the grids
+    of a group of runs (:mod:`term_fl.engines.group`) share one, so that
+    their blocks nest and interleave without changing the process's identity.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class InProcessGrid(Grid):
         num_nodes: int,
         node_ids: Iterable[int] | None = None,
         executor: CohortExecutor | None = None,
+        run_id: int | None = None,
     ) -> None:
         if num_nodes < 1:
             raise ValueError(f"num_nodes must be >= 1 (got {num_nodes})")
@@ -72,7 +77,7 @@ class InProcessGrid(Grid):
             raise ValueError("node_ids must hold num_nodes distinct ids")
         self._client_app = client_app
         self._executor = executor
-        self._run_id = secrets.randbits(63)
+        self._run_id = secrets.randbits(63) if run_id is None else run_id
         self._run: Run | None = None
         self._contexts = {
             node_id: Context(
@@ -113,6 +118,16 @@ class InProcessGrid(Grid):
                 "run_federation(grid, ...)`"
             )
 
+    @property
+    def contexts(self) -> Mapping[int, Context]:
+        """Each node's Context (its partition in ``node_config``), by node id: what the executor answers for."""
+        return self._contexts
+
+    @property
+    def executor(self) -> CohortExecutor | None:
+        """The batch executor, or None (the ClientApp message by message)."""
+        return self._executor
+
     # -- Grid API -----------------------------------------------------------
     def set_run(self, run: Run) -> None:  # noqa: D102
         self._run = run
@@ -136,7 +151,7 @@ class InProcessGrid(Grid):
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:  # noqa: D102
         self._check_serving()
         messages = self._with_ids(messages)
-        with _answering():
+        with answering():
             replies = self._executor.replies(messages, self._contexts) if self._executor is not None else None
             if replies is None:
                 replies = [self._deliver(msg) for msg in messages]
@@ -146,12 +161,18 @@ class InProcessGrid(Grid):
 
     def exchange(self, messages: Iterable[Message]) -> CohortReplies | list[Message]:
         """The replies to a batch: one stacked :class:`CohortReplies` where the executor answers it as one,
-        else one Message per message (:meth:`send_and_receive`)."""
+        else one Message per message (:meth:`send_and_receive`).
+
+        A strategy's :class:`~term_fl.strategies.instructions.Instructions`
+        reach the executor as they are: no Message is built unless it declines.
+        """
         self._check_serving()
-        messages = list(messages)
+        if not isinstance(messages, Instructions):
+            messages = list(messages)
         if self._executor is not None:
-            with _answering():
-                cohort = self._executor.cohort_replies(self._with_ids(messages), self._contexts)
+            batch = messages if isinstance(messages, Instructions) else self._with_ids(messages)
+            with answering():
+                cohort = self._executor.cohort_replies(batch, self._contexts)
             if cohort is not None:
                 return cohort
         return list(self.send_and_receive(messages))  # declined, or no executor: through the Grid API
@@ -182,7 +203,7 @@ class InProcessGrid(Grid):
 
 
 @contextlib.contextmanager
-def _answering() -> Iterator[None]:
+def answering() -> Iterator[None]:
     """While a batch is answered: one torch thread, as Flower's virtual clients, and the garbage collector paused.
 
     The replies allocate many small objects and no reference cycles, and a

@@ -27,7 +27,15 @@ from term_fl.config import Scenario, check_fits_dataset
 from term_fl.data import FederatedDataset, dataset_for
 from term_fl.federation.discovery import QUERY_TRIES, NodePartitions, discover_nodes, rejoin_nodes
 from term_fl.federation.records import RISK_ALPHA, FederationError, FederationResult, Recorder, RoundRecord
-from term_fl.federation.rounds import NOT_EVALUATED, evaluate_round, evaluates, round_record, train_round
+from term_fl.federation.rounds import (
+    NOT_EVALUATED,
+    RoundSteps,
+    drive,
+    evaluate_steps,
+    evaluates,
+    round_record,
+    train_steps,
+)
 from term_fl.flower_internals import to_array_record
 from term_fl.learning.models import get_weights, model_for
 from term_fl.strategies import STRATEGIES, FedAvg
@@ -44,6 +52,7 @@ __all__ = [
     "build_scenario_strategy",
     "discover_nodes",
     "evaluates",
+    "federation_steps",
     "initial_arrays",
     "rejoin_nodes",
     "run_federation",
@@ -97,13 +106,35 @@ def run_federation(
     ``finished``, ``interrupted`` (Ctrl-C, re-raised) or ``failed`` (any
     other exception, re-raised) with the error's type and message.
     """
+    return drive(federation_steps(grid, scenario, recorder, on_round=on_round, dataset=dataset,
+                                  node_partitions=node_partitions, node_settle_s=node_settle_s))
+
+
+def federation_steps(
+    grid: Grid,
+    scenario: Scenario,
+    recorder: Recorder | None = None,
+    *,
+    on_round: Callable[[RoundRecord, int], None] | None = None,
+    dataset: FederatedDataset | None = None,
+    node_partitions: NodePartitions | None = None,
+    node_settle_s: float | None = None,
+) -> RoundSteps[FederationResult]:
+    """:func:`run_federation` as steps: every exchange of its rounds is yielded, its replies sent back.
+
+    :func:`run_federation` answers them from ``grid``
+    (:func:`~term_fl.federation.rounds.drive`); a driver of several runs
+    answers the exchanges of all of them together
+    (:func:`term_fl.engines.group.run_group`). An exception thrown in where
+    the steps wait is recorded as the run's end, as any other, and re-raised.
+    """
     recorder = recorder or Recorder()
     dataset = dataset if dataset is not None else dataset_for(scenario)
     check_fits_dataset(scenario, dataset.num_devices)
     recorder.start(scenario, dataset.metadata)
     result: FederationResult | None = None
     try:
-        result = _rounds(grid, scenario, dataset, recorder, on_round, node_partitions, node_settle_s)
+        result = yield from _rounds(grid, scenario, dataset, recorder, on_round, node_partitions, node_settle_s)
     except KeyboardInterrupt:
         recorder.finish("interrupted", result, "interrupted by the user")
         raise
@@ -122,7 +153,7 @@ def _rounds(
     on_round: Callable[[RoundRecord, int], None] | None,
     known_partitions: NodePartitions | None = None,
     node_settle_s: float | None = None,
-) -> FederationResult:
+) -> RoundSteps[FederationResult]:
     """Discover the nodes, build the strategy, and run ``run.rounds`` rounds, each recorded as it ends.
 
     Raises :class:`FederationError` after ``run.max_failed_rounds``
@@ -153,7 +184,8 @@ def _rounds(
         if server_round > 1:
             node_partitions = _rejoin(grid, strategy, node_partitions, num_devices, run.round_timeout)
         # Train and aggregate; without a valid reply the round fails and the model stays
-        trained = train_round(grid, strategy, server_round, arrays, config, node_partitions, run.round_timeout)
+        trained = yield from train_steps(grid, strategy, server_round, arrays, config, node_partitions,
+                                         run.round_timeout)
         if trained.arrays is None:
             failed_in_a_row += 1
             log.warning("round %d failed: no valid training reply; the model is unchanged", server_round)
@@ -164,7 +196,7 @@ def _rounds(
         # Evaluate the global model every run.evaluate_every rounds, and in the last
         evaluated = NOT_EVALUATED
         if evaluates(server_round, run.rounds, run.evaluate_every):
-            evaluated = evaluate_round(grid, strategy, server_round, arrays, config, run.round_timeout)
+            evaluated = yield from evaluate_steps(grid, strategy, server_round, arrays, config, run.round_timeout)
         # Record the round, then stop after run.max_failed_rounds failed rounds in a row
         last = round_record(server_round, trained, evaluated, time.perf_counter() - start)
         recorder.record_round(last)

@@ -63,6 +63,7 @@ def device_rows(
     per_epoch = np.where(sizes <= batch_size, 1, -(-sizes // batch_size))
     steps = per_epoch * epochs
     rows = np.full((len(sizes), int(steps.max()) * batch_size), -1, dtype=np.int64)
+    generator = torch.Generator()  # reseeded per device: manual_seed resets its whole state
     for k in range(len(sizes)):
         n, start = int(sizes[k]), int(starts[k])
         stride = int(per_epoch[k]) * batch_size
@@ -70,7 +71,7 @@ def device_rows(
             for epoch in range(epochs):
                 rows[k, epoch * stride : epoch * stride + n] = np.arange(start, start + n)
             continue
-        generator = torch.Generator().manual_seed(int(seeds[k]))
+        generator.manual_seed(int(seeds[k]))
         for epoch in range(epochs):
             rows[k, epoch * stride : epoch * stride + n] = torch.randperm(n, generator=generator).numpy() + start
     return rows, steps

@@ -44,7 +44,7 @@ from term_fl.learning.training import (
     segment_results,
 )
 
-__all__ = ["CohortTraining", "compiler_available", "supports", "train_compiled"]
+__all__ = ["CohortTraining", "CompiledTask", "compiler_available", "supports", "train_compiled", "train_compiled_group"]
 
 NAMES = ("linear.weight", "linear.bias")
 """The parameters of both linear models, in ``state_dict`` order."""
@@ -109,6 +109,20 @@ class CohortTraining:
         ]
 
 
+@dataclass(frozen=True)
+class CompiledTask:
+    """One cohort of a group trained in one compiled call: its incoming model and its devices.
+
+    ``starts``, ``sizes`` and ``seeds`` as for :func:`train_compiled`, the
+    rows those of the group's shared ``x``.
+    """
+
+    model: TermModel
+    starts: Sequence[int]
+    sizes: Sequence[int]
+    seeds: Sequence[int]
+
+
 def train_compiled(
     model: TermModel,
     x: np.ndarray,
@@ -146,39 +160,100 @@ def train_compiled(
     CohortTraining
         The devices in input order.
     """
-    # Check the arguments as train_tensors does, and the model, the compiler and the layout
+    (training,) = train_compiled_group([CompiledTask(model, starts, sizes, seeds)], x, y, lr=lr, epochs=epochs,
+                                       batch_size=batch_size, weight_decay=weight_decay, tau=tau)
+    return training
+
+
+def train_compiled_group(
+    tasks: Sequence[CompiledTask],
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    lr: float,
+    epochs: int,
+    batch_size: int,
+    weight_decay: float = 0.0,
+    tau: float = 0.0,
+) -> list[CohortTraining]:
+    """:func:`train_compiled` of several cohorts (several runs' rounds, each from its own global model) in one call.
+
+    The kernel trains each device on its own, so a task's result is the one
+    :func:`train_compiled` gives it alone, bit for bit. The tasks' models
+    must be of one class and shape, with one penalty.
+    """
+    # Check the arguments as train_tensors does, and the models, the compiler and the layout
     kernels = _kernels()
     if kernels is None:
         raise RuntimeError("train_compiled needs numba: pip install 'term-fl[fast]'.")
-    if not supports(model, torch.device("cpu")):
-        raise TypeError(f"train_compiled trains LinearSVM and LogisticRegression; got {type(model).__name__}.")
+    models = [task.model for task in tasks]
+    if not tasks or not all(supports(m, torch.device("cpu")) for m in models):
+        names = sorted({type(m).__name__ for m in models}) or ["no model"]
+        raise TypeError(f"train_compiled trains LinearSVM and LogisticRegression; got {', '.join(names)}.")
     lr, epochs, batch_size, weight_decay, tau = check_train_args(lr, epochs, batch_size, weight_decay, tau)
-    starts_np, sizes_np = _layout(x, y, starts, sizes, seeds)
+    incoming = [_incoming(m) for m in models]
+    if len({(type(m), w.shape, float(m.l2)) for m, (w, _) in zip(models, incoming)}) != 1:
+        raise ValueError("the tasks of one compiled call need models of one class and shape, with one penalty.")
+    layouts = [_layout(x, y, task.starts, task.sizes, task.seeds) for task in tasks]
+    starts_np = np.concatenate([starts for starts, _ in layouts])
+    sizes_np = np.concatenate([sizes for _, sizes in layouts])
+    seeds = np.concatenate([np.asarray(task.seeds, dtype=np.int64).reshape(-1) for task in tasks])
+    model_of = np.repeat(np.arange(len(tasks), dtype=np.int64), [len(sizes) for _, sizes in layouts])
+    x, y = np.ascontiguousarray(x), np.ascontiguousarray(y)  # the kernels take C-ordered arrays
 
     # Every device's batches, drawn with its own seed
     rows, steps = device_rows(starts_np, sizes_np, epochs=epochs, batch_size=batch_size, seeds=seeds)
 
-    # Train every device in one compiled call, from the global weights
-    state = dict(model.named_parameters())
-    weight = state[NAMES[0]].detach().cpu().numpy()
-    bias = state[NAMES[1]].detach().cpu().numpy()
+    # Train every device in one compiled call, each from its task's global weights
+    weights = np.stack([w for w, _ in incoming])
+    biases = np.stack([b for _, b in incoming])
+    classes = weights.shape[1]
     tilt = not negligible_tilt(tau, torch.float32)
-    trained_w, trained_b = kernels.train_linear(x, y, rows, steps, weight, bias, lr, weight_decay,
-                                                float(model.l2), tau if tilt else 0.0, tilt)
+    trained_w, trained_b = kernels.train_linear(x, y, rows, steps, weights, biases, model_of, lr, weight_decay,
+                                                float(models[0].l2), tau if tilt else 0.0, tilt)
 
-    # Report: the incoming model on every device's rows, and each trained model's mean loss on its own
-    losses, hits = kernels.linear_losses(x, y, starts_np, sizes_np, np.ascontiguousarray(weight.T)[None], bias[None])
-    ends = np.cumsum(sizes_np).tolist()
-    before = segment_results(torch.from_numpy(losses), torch.from_numpy(hits), ends, tau)
-    after, _ = kernels.linear_losses(x, y, starts_np, sizes_np, trained_w, trained_b)
+    # Report: the incoming models on their devices' rows, and each trained model's mean loss on its own
+    incoming_w = np.zeros((len(tasks), *trained_w.shape[1:]), np.float32)
+    incoming_w[:, :, :classes] = weights.transpose(0, 2, 1)
+    incoming_b = np.zeros((len(tasks), trained_b.shape[1]), np.float32)
+    incoming_b[:, :classes] = biases
+    losses, hits = kernels.linear_losses(x, y, starts_np, sizes_np, incoming_w, incoming_b, model_of, classes)
+    before = segment_results(torch.from_numpy(losses), torch.from_numpy(hits), np.cumsum(sizes_np).tolist(), tau)
+    own = np.arange(len(sizes_np), dtype=np.int64)
+    after, _ = kernels.linear_losses(x, y, starts_np, sizes_np, trained_w, trained_b, own, classes)
     loss_after = np.add.reduceat(after.astype(np.float64), np.cumsum(sizes_np) - sizes_np) / sizes_np
-    return CohortTraining(
-        weights={NAMES[0]: np.ascontiguousarray(trained_w.transpose(0, 2, 1)), NAMES[1]: trained_b},
+    stacked = CohortTraining(
+        weights={NAMES[0]: np.ascontiguousarray(trained_w[:, :, :classes].transpose(0, 2, 1)),
+                 NAMES[1]: np.ascontiguousarray(trained_b[:, :classes])},
         before=before,
         loss_after=loss_after,
         num_examples=sizes_np,
         steps=steps,
     )
+    return _split(stacked, [len(sizes) for _, sizes in layouts])
+
+
+def _incoming(model: TermModel) -> tuple[np.ndarray, np.ndarray]:
+    """A linear model's weight ``(C, d)`` and bias ``(C,)`` as C-ordered float32 arrays (not copies where they are)."""
+    state = dict(model.named_parameters())
+    return tuple(np.ascontiguousarray(state[name].detach().cpu().numpy()) for name in NAMES)  # type: ignore[return-value]
+
+
+def _split(stacked: CohortTraining, counts: Sequence[int]) -> list[CohortTraining]:
+    """The stacked training of several tasks cut into one :class:`CohortTraining` per task (``counts`` devices each)."""
+    if len(counts) == 1:
+        return [stacked]
+    bounds = np.cumsum([0, *counts])
+    return [
+        CohortTraining(
+            weights={name: values[lo:hi] for name, values in stacked.weights.items()},
+            before=stacked.before[lo:hi],
+            loss_after=stacked.loss_after[lo:hi],
+            num_examples=stacked.num_examples[lo:hi],
+            steps=stacked.steps[lo:hi],
+        )
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())
+    ]
 
 
 def _layout(

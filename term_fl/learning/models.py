@@ -14,7 +14,8 @@ accept ``l2``). ``train(..., weight_decay=...)`` is a separate,
 optimiser-side decay on every parameter.
 
 Each model declares its settings (a scenario's ``[model.<name>]`` table) as
-a :class:`~term_fl.common.settings.SettingsModel` beside its class, and a
+a :class:`~term_fl.common.settings.SettingsModel` (in
+:mod:`term_fl.learning.model_settings`, importable without torch), and a
 ``build(settings, num_features, num_classes, seed)`` class method; the model
 registry (:mod:`term_fl.learning.registry`) names both, and
 :func:`build_model` / :func:`model_for` build any registered model.
@@ -34,10 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from pydantic import Field
 from torch import Tensor, nn
 
-from term_fl.common.settings import SettingsModel
+from .model_settings import LinearSVMSettings, LogisticRegressionSettings, MLPSettings
 
 
 class TermModel(nn.Module):
@@ -99,12 +99,6 @@ class TermModel(nn.Module):
         return [p for name, p in self.named_parameters() if name.endswith("weight")]
 
 
-class LinearSVMSettings(SettingsModel):
-    """The linear SVM's settings (a scenario's ``[model.linear_svm]`` table)."""
-
-    l2: float = Field(1e-3, ge=0.0, le=100.0, description="L2 penalty of the linear SVM")
-
-
 class LinearSVM(TermModel):
     """Binary linear SVM: score ``s = w.x + b``, hinge loss ``max(0, 1 - y_pm s)``.
 
@@ -140,10 +134,6 @@ class LinearSVM(TermModel):
         return (scores > 0).long()
 
 
-class LogisticRegressionSettings(SettingsModel):
-    """Softmax regression has no settings of its own (the papers' model is unregularised)."""
-
-
 class LogisticRegression(TermModel):
     """Multinomial logistic (softmax) regression: ``C`` logits ``W x + b``. Starts at zero."""
 
@@ -162,12 +152,6 @@ class LogisticRegression(TermModel):
 
     def _penalised(self) -> list[Tensor]:
         return [self.linear.weight]
-
-
-class MLPSettings(SettingsModel):
-    """The MLP's settings (a scenario's ``[model.mlp]`` table)."""
-
-    hidden: int = Field(64, ge=1, le=100_000, description="width of the hidden layer")
 
 
 class MLP(TermModel):

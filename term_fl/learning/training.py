@@ -18,12 +18,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from term_fl.learning.results import EvalResult, TrainResult, check_finite, check_train_args
 from term_fl.learning.models import TermModel, get_weights
 
 DEVICE_FORMS = ('"auto"', '"cpu"', '"cuda"', '"cuda:<index>"')
@@ -95,37 +95,6 @@ def tilted_mean(losses: Tensor, tau: float) -> Tensor:
         return losses.mean()
     shift = (losses.max() if tau > 0 else losses.min()).detach()
     return shift + torch.log1p(torch.expm1(tau * (losses - shift)).mean()) / tau
-
-
-@dataclass(frozen=True)
-class EvalResult:
-    """Data loss (without the penalty) and accuracy of a model on a set of examples.
-
-    ``loss_tilted`` is the tau-tilted mean loss (equal to ``loss_mean`` when tau = 0).
-    """
-
-    loss_mean: float
-    loss_sum: float
-    loss_tilted: float
-    accuracy: float
-    correct: int
-    examples: int
-
-
-@dataclass(frozen=True)
-class TrainResult:
-    """Outcome of :func:`train`.
-
-    ``before`` evaluates the incoming model on the training data (before any
-    step); ``loss_after`` is the mean training loss of the trained model;
-    ``weights`` are CPU float32 copies in ``state_dict`` order.
-    """
-
-    weights: dict[str, np.ndarray]
-    before: EvalResult
-    loss_after: float
-    num_examples: int
-    steps: int
 
 
 def as_tensors(model: TermModel, x: np.ndarray, y: np.ndarray, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -223,31 +192,19 @@ def segment_results(losses: Tensor, hit: Tensor, ends: Sequence[int], tau: float
     hit_np = hit.cpu().numpy()
     loss = losses.double().cpu()
     loss_np = loss.numpy()
+    bounds = [0, *(int(end) for end in ends)]
+    starts, stops = bounds[:-1], bounds[1:]
+    # every segment's count of hits in one call (integers: exact)
+    corrects = np.add.reduceat(hit_np[:stops[-1]].astype(np.int64), starts).tolist() if stops else []
     results = []
-    for start, end in zip([0, *ends], ends):
-        segment = loss_np[start:end]
-        loss_sum = float(segment.sum())
-        loss_mean = loss_sum / segment.size
+    for start, end, correct in zip(starts, stops, corrects, strict=True):
+        size = end - start
+        loss_sum = float(loss_np[start:end].sum())
+        loss_mean = loss_sum / size
         tilted = loss_mean if tau == 0.0 else float(tilted_mean(loss[start:end], tau))
-        correct = int(np.count_nonzero(hit_np[start:end]))
-        results.append(
-            EvalResult(
-                loss_mean=loss_mean,
-                loss_sum=loss_sum,
-                loss_tilted=tilted,
-                accuracy=correct / segment.size,
-                correct=correct,
-                examples=int(segment.size),
-            )
-        )
+        results.append(EvalResult(loss_mean=loss_mean, loss_sum=loss_sum, loss_tilted=tilted,
+                                  accuracy=correct / size, correct=correct, examples=size))
     return results
-
-
-def _check_finite(name: str, value: float) -> float:
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}.")
-    return value
 
 
 def evaluate(
@@ -277,7 +234,7 @@ def evaluate(
 
     Losses are the data losses without the penalty, accumulated in float64.
     """
-    tau = _check_finite("tau", tau)
+    tau = check_finite("tau", tau)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
     device = resolve_device(device) if isinstance(device, str) else device
@@ -356,23 +313,6 @@ def train(
     return train_tensors(
         model, x_t, y_t, lr=lr, epochs=epochs, batch_size=batch_size, weight_decay=weight_decay, tau=tau, seed=seed
     )
-
-
-def check_train_args(
-    lr: float, epochs: int, batch_size: int, weight_decay: float, tau: float
-) -> tuple[float, int, int, float, float]:
-    """Validate the training hyperparameters (errors name the argument); return them as float / int."""
-    lr = _check_finite("lr", lr)
-    if lr <= 0.0:
-        raise ValueError(f"lr must be > 0, got {lr}.")
-    if epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {epochs}.")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    weight_decay = _check_finite("weight_decay", weight_decay)
-    if weight_decay < 0.0:
-        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}.")
-    return lr, int(epochs), int(batch_size), weight_decay, _check_finite("tau", tau)
 
 
 def train_tensors(

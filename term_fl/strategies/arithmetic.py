@@ -17,6 +17,8 @@ from numpy.typing import NDArray
 
 from term_fl.flower_internals import to_array_record
 
+from .stacked import StackedModels
+
 __all__ = ["cast_like", "combine_models", "mix_with_global", "record_like"]
 
 
@@ -28,12 +30,29 @@ def combine_models(
 ) -> dict[str, NDArray[np.float64]]:
     """w_new = global_coefficient * w + sum_k c_k w_k, in float64.
 
-    ``local_models``: any iterable of ``{name: array}`` (a
-    :class:`~.stacked.StackedModels` gives its rows), folded into the sum one
-    at a time in order, each converted to float64 on its own.  The global
+    ``local_models``: any iterable of ``{name: array}``, folded into the sum
+    one at a time in order, each converted to float64 on its own; a
+    :class:`~.stacked.StackedModels` is summed in the same order in one
+    running sum over its client axis (the same numbers bit for bit).  The global
     term is skipped when ``global_coefficient`` is 0 (then ``global_model`` may
     be None).
     """
+    if isinstance(local_models, StackedModels) and len(local_models):
+        total = _combine_stacked(local_models, coefficients)
+    else:
+        total = _combine_one_by_one(local_models, coefficients)
+    if global_coefficient != 0.0:
+        if global_model is None:
+            raise ValueError("global_model is required when global_coefficient != 0.")
+        for k, v in global_model.items():
+            total[k] += global_coefficient * np.asarray(v, dtype=np.float64)
+    return total
+
+
+def _combine_one_by_one(
+    local_models: Iterable[Mapping[str, NDArray]], coefficients: Sequence[float]
+) -> dict[str, NDArray[np.float64]]:
+    """sum_k c_k w_k, one model at a time in order."""
     total: dict[str, NDArray[np.float64]] | None = None
     for model, c in zip(local_models, coefficients, strict=True):
         if total is None:
@@ -43,11 +62,25 @@ def combine_models(
                 total[k] += c * np.asarray(v, dtype=np.float64)
     if total is None:
         raise ValueError("combine_models needs at least one local model.")
-    if global_coefficient != 0.0:
-        if global_model is None:
-            raise ValueError("global_model is required when global_coefficient != 0.")
-        for k, v in global_model.items():
-            total[k] += global_coefficient * np.asarray(v, dtype=np.float64)
+    return total
+
+
+def _combine_stacked(models: StackedModels, coefficients: Sequence[float]) -> dict[str, NDArray[np.float64]]:
+    """sum_k c_k w_k of stacked models, in the loop's order: ``((c_0 w_0 + c_1 w_1) + c_2 w_2) + ...``.
+
+    Every ``c_k * float64(w_k)`` in one product, then the rows added in
+    order: the numbers of :func:`_combine_one_by_one`, bit for bit, with one
+    in-place addition per client instead of a conversion, product and addition.
+    """
+    c = np.asarray(coefficients, dtype=np.float64)
+    if c.shape != (len(models),):
+        raise ValueError(f"{len(models)} models need as many coefficients, got {c.shape}.")
+    total = {}
+    for name, values in models.arrays.items():
+        products = c.reshape(-1, *[1] * (np.ndim(values) - 1)) * np.asarray(values, dtype=np.float64)
+        total[name] = products[0].copy()
+        for k in range(1, len(products)):
+            total[name] += products[k]
     return total
 
 

@@ -75,6 +75,8 @@ def _partitions(cohort: CohortReplies, key: str) -> list[int | None]:
     column = cohort.metrics.get(key)
     if column is None:
         return [None] * len(cohort)
+    if np.asarray(column).dtype.kind in "iu":
+        return column.tolist()  # integers: every value is a partition id
     return [int(v) if math.isfinite(v) and float(v).is_integer() else None for v in column.tolist()]
 
 
@@ -85,6 +87,8 @@ def _metric_problems(
     reasons: list[str | None] = [None] * len(cohort)
     for key in required:
         column = cohort.metrics.get(key)
+        if column is not None and _all_valid(column, key in positive, key in nonnegative):
+            continue  # no row has a problem with this key: skip the row by row checks
         values = [None] * len(cohort) if column is None else column.tolist()
         for k, value in enumerate(values):
             if reasons[k] is not None:
@@ -98,6 +102,13 @@ def _metric_problems(
             elif key in nonnegative and value < 0:
                 reasons[k] = f"metric '{key}' must be >= 0, got {value}"
     return reasons
+
+
+def _all_valid(column: NDArray, positive: bool, nonnegative: bool) -> bool:
+    """Whether every value of a metric column is finite (and > 0 / >= 0 where asked)."""
+    values = np.asarray(column, dtype=np.float64)
+    return bool(np.isfinite(values).all() and (not positive or (values > 0).all())
+                and (not nonnegative or (values >= 0).all()))
 
 
 def _model_problems(models: StackedModels, reference: ArrayRecord | None) -> list[str | None]:

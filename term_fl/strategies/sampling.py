@@ -12,7 +12,7 @@ the base of term-fl's template :class:`~term_fl.strategies.FedAvg`.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any, Literal
 
@@ -26,6 +26,7 @@ from flwr.supercore import log
 from term_fl.common.keys import SERVER_ROUND
 from term_fl.common.seeding import EVAL_SAMPLING, TRAIN_SAMPLING, sampling_rng
 
+from .instructions import Instructions
 from .replies import sent_index
 
 __all__ = ["SAMPLING", "PartitionSampler", "PartitionSampling"]
@@ -125,8 +126,9 @@ class PartitionSampling(FlowerFedAvg):
     """Flower's FedAvg whose ``configure_train`` / ``configure_evaluate`` sample partitions with a seed.
 
     Once :meth:`set_node_partitions` was called, each round samples
-    partition ids (:class:`PartitionSampler`) and sends to their nodes;
-    before, Flower's own sampling applies. It keeps the global model sent
+    partition ids (:class:`PartitionSampler`) and sends to their nodes one
+    :class:`~.instructions.Instructions` (the Messages, built when a Grid
+    iterates them); before, Flower's own sampling applies. It keeps the global model sent
     (:attr:`current_arrays`) and the instructions sent this round (to name
     the node an error reply answers for). ``clients_per_round``, ``seed``
     and ``evaluate_fraction`` are documented in :class:`term_fl.strategies.FedAvg`;
@@ -162,7 +164,7 @@ class PartitionSampling(FlowerFedAvg):
         self.evaluate_fraction = float(evaluate_fraction)
         self.sampling = sampling
         self.current_arrays: ArrayRecord | None = None
-        self._sent: list[Message] = []
+        self._sent: Sequence[Message] = []
         self._sampler: PartitionSampler | None = None
 
     def set_node_partitions(self, mapping: Mapping[int, int], sizes: Mapping[int, int] | None = None) -> None:
@@ -233,17 +235,17 @@ class PartitionSampling(FlowerFedAvg):
 
     def _messages_to_partitions(
         self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord, message_type: str, total: int
-    ) -> list[Message]:
+    ) -> Sequence[Message]:
         assert self._sampler is not None
         log(INFO, "%s: sampled partitions %s (%d of %d)",
             "configure_train" if message_type == MessageType.TRAIN else "configure_evaluate",
             partitions, len(partitions), total)
         record = RecordDict({self.arrayrecord_key: arrays, self.configrecord_key: config})
-        return self._remember(self._construct_messages(record, self._sampler.nodes(partitions), message_type))
+        return self._remember(Instructions(record, self._sampler.nodes(partitions), message_type))
 
-    def _remember(self, messages: Iterable[Message]) -> list[Message]:
+    def _remember(self, messages: Iterable[Message]) -> Sequence[Message]:
         """Keep this round's instructions: the grid gives them ids when it pushes them."""
-        self._sent = list(messages)
+        self._sent = messages if isinstance(messages, Instructions) else list(messages)
         return self._sent
 
     def _sent_index(self) -> dict[str, tuple[int, int | None]]:
