@@ -58,8 +58,8 @@ def test_sub_tables_hold_each_strategys_settings_and_a_sweep_over_the_name_takes
 
 
 def test_a_file_in_sub_table_form_expands_to_the_cells_and_hashes_of_its_flat_form(tmp_path):
-    """configs/fairness.toml written with sub-tables and sub-table grid keys: the same cells, folders, hashes."""
-    text = (REPO / "configs" / "fairness.toml").read_text()
+    """configs/fairness.toml as released written with sub-tables and sub-table grid keys: the same cells, hashes."""
+    text = (REPO / "tests" / "data" / "flat-tables" / "released" / "fairness.toml").read_text()
     for flat, tables in (
         ('[strategy]\nname = "term"\nt = 3.0\n', '[strategy]\nname = "term"\n[strategy.term]\nt = 3.0\n'),
         ('[data]\nname = "synthetic"\nnum_devices = 30\nalpha = 1.0\nbeta = 1.0\n'
@@ -128,7 +128,7 @@ def test_data_and_model_sub_tables_and_their_flat_form_are_the_same_scenario(tmp
     assert (a.data.settings.num_devices, a.model.settings.hidden) == (12, 8)
     assert config_hash(a) == config_hash(b)  # model.l2 is the SVM's: the MLP's hash leaves it out
     with pytest.raises(ConfigError, match=r"data\.synthetic\.path: unknown key \(allowed in \[data\.synthetic\]: "
-                                          r"num_devices, alpha, beta, max_samples\)"):
+                                          r"num_devices, alpha, beta, max_samples, minority, concept_noise, samples_per_device\)"):
         load_scenario(write(tmp_path, '[data.synthetic]\npath = "x.json"\n', "bad.toml"), environ={})
 
 

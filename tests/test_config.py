@@ -31,9 +31,9 @@ def test_embedded_default_is_term_on_synthetic_with_a_sweep():
     s = load_scenario(None, environ={})
     assert s.strategy.name == "term" and s.data.name == "synthetic"
     assert s.data.synthetic.alpha == 1.0 and s.data.synthetic.beta == 1.0 and s.data.synthetic.num_devices == 30
-    assert set(s.sweep["strategy.name"]) == {"fedavg", "qffl", "term"}
-    # `term-fl run` shows TERM next to a FedAvg reference, in about a minute: in-process, batched clients
-    assert (s.run.reference, s.run.engine, s.run.executor) == (["fedavg"], "inprocess", "cohort")
+    assert set(s.sweep["strategy.name"]) == {"fedavg", "fedavg_uniform", "term"}
+    # `term-fl run` shows TERM next to both baselines, in about a minute: in-process, batched clients
+    assert (s.run.reference, s.run.engine, s.run.executor) == (["fedavg", "fedavg_uniform"], "inprocess", "cohort")
     assert s.strategy.term.t > 0 and s.run.evaluate_every > 1
 
 

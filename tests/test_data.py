@@ -428,7 +428,7 @@ def test_bad_synthetic_generator_parameters_are_refused(kwargs, message):
         (dict(max_samples=2), r"dataset synthetic: max_samples: .*greater than or equal to 3 \(got 2\)"),
         (dict(seed=-1), r"seed must be an integer >= 0, got -1"),
         (dict(path="x.json"), r"dataset synthetic: path: not a setting of dataset synthetic \(its settings: "
-                              r"num_devices, alpha, beta, max_samples\)"),
+                              r"num_devices, alpha, beta, max_samples, minority, concept_noise, samples_per_device\)"),
     ],
 )
 def test_bad_synthetic_settings_are_refused_naming_the_dataset(kwargs, message):
@@ -657,7 +657,9 @@ def test_every_data_setting_of_a_scenario_is_an_argument_of_build_dataset():
                              environ={})
     built = dataset_for(scenario)
     expected = build_dataset("synthetic", seed=0, num_devices=5, noise="flip_labels", noisy_devices=(1, 3),
-                             max_samples=scenario.data.synthetic.max_samples, train_fraction=0.6, val_fraction=0.2,
+                             max_samples=scenario.data.synthetic.max_samples,
+                             samples_per_device=scenario.data.synthetic.samples_per_device, train_fraction=0.6,
+                             val_fraction=0.2,
                              test_fraction=0.2)
     assert built.metadata == expected.metadata
     assert np.array_equal(built.device(3).y_train, expected.device(3).y_train)

@@ -536,3 +536,14 @@ def test_the_two_accuracies_are_named_device_mean_and_pooled_never_average():
     assert statistic("mean").label == "device mean" and statistic("pooled_mean").label == "pooled"
     assert [s.key for s in STATISTICS][:2] == ["mean", "pooled_mean"]
     assert not any("average" in s.label for s in STATISTICS)
+
+
+def test_worst_10_devices_are_the_devices_worst_10_averages_ties_by_index():
+    from term_fl.maths.fairness import worst_10, worst_10_devices
+
+    accuracies = [0.9, 0.2, 0.5, 0.2, 0.8, 0.95, 0.7, 0.6, 0.3, 0.4, 0.99, 0.1, 0.85, 0.75, 0.65, 0.55, 0.45, 0.35,
+                  0.25, 0.15, 0.05, 0.97, 0.93]
+    chosen = worst_10_devices(accuracies)  # K = 23: two devices
+    assert chosen == [20, 11]
+    assert np.mean([accuracies[i] for i in chosen]) == pytest.approx(worst_10(accuracies))
+    assert worst_10_devices([0.5, 0.5, 0.5]) == [0]  # at least one device, the first of a tie

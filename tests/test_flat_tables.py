@@ -6,7 +6,9 @@ one flat table. tests/data/flat-tables/ holds what term-fl wrote then
 config hash, baseline hash and folder name; variants of the embedded default
 written in the flat form; config.json files of runs and their hashes; and
 fingerprints of generated data and initial models. The expectations were
-computed by that version, not here.
+computed by that version, not here. The scenario files as released then
+(configs/ and the embedded default) are kept in tests/data/flat-tables/released/:
+the files in configs/ have moved on since (selection and report seeds).
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ from term_fl.config import (
     baseline_hash,
     config_hash,
     load_scenario,
-    packaged_scenario_text,
     reference_scenario,
     sweep_cells,
 )
@@ -36,6 +37,7 @@ from term_fl.learning.models import build_model, get_weights
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "tests" / "data" / "flat-tables"
+RELEASED = DATA / "released"
 HASHES = json.loads((DATA / "hashes.json").read_text())
 VEHICLE = os.environ.get(VEHICLE_DATA_ENV) or "/work/shared/data/vehicle/vehicle_fewshot.json"
 HAVE_VEHICLE = Path(VEHICLE).is_file()
@@ -43,8 +45,13 @@ needs_vehicle = pytest.mark.skipif(not HAVE_VEHICLE, reason=f"vehicle data not f
 WRITTEN_WITH = "/work/shared/data/vehicle/vehicle_fewshot.json"  # the vehicle path of the runs' config.json
 
 
-def _source(label: str) -> Path | None:
-    return None if label == "embedded default" else REPO / label
+def _source(label: str) -> Path:
+    """The file ``label`` named when the hashes were recorded: the released copy of configs/ and the default."""
+    if label == "embedded default":
+        return RELEASED / "default.toml"
+    if label.startswith("configs/"):
+        return RELEASED / Path(label).name
+    return REPO / label
 
 
 def _needs_vehicle_file(label: str) -> bool:
@@ -75,7 +82,7 @@ def test_every_released_scenario_expands_to_the_same_cells_folders_and_hashes(la
 
 def _flat_file(tmp_path: Path, items: list[str]) -> Path:
     """The embedded default with ``table.key=value`` items written into its flat tables: a file of that time."""
-    raw = tomllib.loads(packaged_scenario_text())
+    raw = tomllib.loads((RELEASED / "default.toml").read_text())
     for item in items:
         key, _, text = item.partition("=")
         table, name = key.split(".")

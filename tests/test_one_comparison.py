@@ -34,7 +34,7 @@ def quick_start(tmp_path_factory):
         out = root / f"seed{seed}"
         assert main(["run", "--engine", "inprocess", "--rounds", "3", "--seed", str(seed), "--db", str(db),
                      "--out", str(out)]) == 0  # fmt: skip
-        dirs += [out, out.with_name(f"{out.name}-reference-fedavg")]
+        dirs += [out, *(out.with_name(f"{out.name}-reference-{name}") for name in ("fedavg", "fedavg_uniform"))]
     return db, dirs
 
 
@@ -43,10 +43,11 @@ def test_the_dashboard_pairs_a_run_with_its_reference_and_never_calls_the_refere
     with TestClient(create_app(db)) as client:
         data = client.get("/api/compare?scenario=default").json()
         page = client.get("/compare?scenario=default").text
-    assert [c["label"] for c in data["cells"]] == ["fedavg", "term t=10"]  # not "... reference=fedavg"
+    assert [c["label"] for c in data["cells"]] == ["fedavg", "fedavg_uniform", "term t=3"]  # not "... reference=..."
     assert data["varying"] == [] and not any("never pooled" in note for note in data["notices"])
-    fedavg, term = data["cells"]
-    assert term["baselines"] == {"fedavg": fedavg["key"]} and data["reference"] == fedavg["key"]
+    fedavg, uniform, term = data["cells"]
+    assert term["baselines"] == {"fedavg": fedavg["key"], "fedavg_uniform": uniform["key"]}
+    assert data["reference"] == fedavg["key"]
     for split in ("test", "val"):
         assert set(term["differences"]["fedavg"][split]) >= set(flagged("primary"))  # pooled too
         assert all(d["n"] == 3 for d in term["differences"]["fedavg"][split].values() if d["mean"] is not None)
@@ -63,7 +64,8 @@ def test_the_dashboard_and_the_sweeps_comparison_give_the_same_differences_tests
     rows = {r["strategy"]: r for r in group_cells(summaries)}
     with TestClient(create_app(db)) as client:
         cells = {c["strategy"]: c for c in client.get("/api/compare?scenario=default").json()["cells"]}
-    assert rows["term"]["baselines"] == cells["term"]["baselines"] == {"fedavg": cells["fedavg"]["key"]}
+    assert rows["term"]["baselines"] == cells["term"]["baselines"] == {
+        "fedavg": cells["fedavg"]["key"], "fedavg_uniform": cells["fedavg_uniform"]["key"]}
     sweep, dashboard = rows["term"]["differences"]["fedavg"]["test"], cells["term"]["differences"]["fedavg"]["test"]
     for stat in flagged("primary"):
         assert dashboard[stat] == sweep[stat], stat  # the same floats: one computation

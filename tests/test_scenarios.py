@@ -59,14 +59,16 @@ def test_vehicle_sensor_claims():
     assert s.data.val_fraction >= 0.2 and s.data.test_fraction >= 0.3
     # selection: the device mean bounds the choice, on validation averaged over the last 10 rounds
     assert (s.selection.objective, s.selection.average, s.selection.tail) == ("worst_10", "mean", 10)
+    # t and q chosen on seeds 0-9, every reported number from seeds 10-19
+    assert (s.selection.seeds, s.selection.report_seeds) == (list(range(10)), list(range(10, 20)))
     cs = cells("vehicle-sensor.toml")
-    assert len(cs) == 6 * 10
-    assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
-    assert sorted({c.run.seed for c in cs}) == list(range(10))
+    assert len(cs) == 9 * 20
+    assert {c.strategy.name for c in cs} == {"fedavg", "fedavg_uniform", "qffl", "term"}
+    assert sorted({c.run.seed for c in cs}) == list(range(20))
     assert all(c.strategy.term.t > 0 for c in cs if c.strategy.name == "term")
     assert all(c.client.tau == 0 for c in cs)
     # both modes for both fair strategies: mean losses and the reference code's summed losses
-    modes = {(c.strategy.name, c.strategy.settings.loss_reduction) for c in cs if c.strategy.name != "fedavg"}
+    modes = {(c.strategy.name, c.strategy.settings.loss_reduction) for c in cs if c.strategy.name in ("term", "qffl")}
     assert modes == {("term", "mean"), ("term", "sum"), ("qffl", "mean"), ("qffl", "sum")}
 
 
@@ -77,14 +79,16 @@ def test_fairness_claims():
     assert s.model.name == "logreg"
     assert s.client.lr < 0.041  # below the stiffest devices' stability limit
     assert s.run.evaluate_every > 1 and (s.selection.tail, s.selection.average) == (5, "mean")
+    assert (s.selection.seeds, s.selection.report_seeds) == (list(range(10)), list(range(10, 20)))
+    assert s.selection.reference == "fedavg_uniform"  # the baseline that counts each device once, as the metrics do
     cs = cells("fairness.toml")
-    assert sorted({c.run.seed for c in cs}) == list(range(10))  # 3 seeds left TERM's lift not significant
-    assert {c.strategy.name for c in cs} == {"fedavg", "qffl", "term"}
+    assert sorted({c.run.seed for c in cs}) == list(range(20))
+    assert {c.strategy.name for c in cs} == {"fedavg", "fedavg_uniform", "qffl", "term"}
     assert sorted({c.strategy.qffl.q for c in cs if c.strategy.name == "qffl"}) == [1, 5]
     assert sorted({c.strategy.term.t for c in cs if c.strategy.name == "term"}) == [1, 3, 10]
-    # one cell per distinct setting: 1 fedavg + 2 q + 3 t, each over 10 seeds
-    assert len({config_hash(c) for c in cs}) == 6
-    assert len(cs) == 6 * 10
+    # one cell per distinct setting: 2 baselines + 2 q + 3 t, each over 20 seeds
+    assert len({config_hash(c) for c in cs}) == 7
+    assert len(cs) == 7 * 20
 
 
 def test_the_default_run_has_the_fairness_scenarios_settings():
@@ -93,7 +97,9 @@ def test_the_default_run_has_the_fairness_scenarios_settings():
         assert getattr(default, table).model_dump() == getattr(fairness, table).model_dump(), table
     assert (default.run.rounds, default.run.evaluate_every) == (fairness.run.rounds, fairness.run.evaluate_every)
     assert default.strategy.name == "term" and default.strategy.term.t in {1.0, 3.0, 10.0}
-    assert default.run.reference == ["fedavg"]
+    assert default.run.reference == ["fedavg", "fedavg_uniform"]
+    # its sweep is the one pre-declared comparison, on the report seeds alone
+    assert sorted({c.run.seed for _, c in sweep_cells(default)}) == default.selection.report_seeds
 
 
 def test_noisy_sensors_claims():
@@ -108,7 +114,9 @@ def test_noisy_sensors_claims():
     assert any(name == "term" and t < 0 and tau == 0 for name, t, tau in variants)  # device-level TERM
     assert any(name == "term" and t < 0 and tau < 0 for name, t, tau in variants)  # hierarchical TERM
     assert all(t < 0 for name, t, _ in variants if name == "term")
-    assert sorted({c.run.seed for c in cs}) == list(range(10))
+    assert ("fedavg_uniform", None, 0.0) in variants
+    assert (s.selection.seeds, s.selection.report_seeds) == (list(range(10)), list(range(10, 20)))
+    assert sorted({c.run.seed for c in cs}) == list(range(20))
 
 
 def test_noisy_devices_are_reproducible_from_the_seed():
@@ -131,11 +139,11 @@ def test_vehicle_sensor_sweep_smoke(tmp_path):
     from term_fl.cli.sweep import run_sweep
 
     s = load("vehicle-sensor.toml", {"run.rounds": 2})
-    s = with_overrides(s, {"sweep": {**s.sweep, "run.seed": [0]}})
+    s = with_overrides(s, {"sweep": {**s.sweep, "run.seed": [0, 10]}})  # a selection and a report seed
     assert run_sweep(s, db=tmp_path / "results.db", out_dir=tmp_path / "sweep", engine="inprocess") == 0
     csv_path, json_path = tmp_path / "sweep" / "comparison.csv", tmp_path / "sweep" / "comparison.json"
     assert csv_path.is_file() and json_path.is_file()
     result = json.loads(json_path.read_text())
-    assert {row["strategy"] for row in result["cells"]} == {"fedavg", "qffl", "term"}
+    assert {row["strategy"] for row in result["cells"]} == {"fedavg", "fedavg_uniform", "qffl", "term"}
     header = csv_path.read_text().splitlines()[0]
     assert "test.worst_10" in header

@@ -123,7 +123,7 @@ def _comparison(out) -> dict:
     """comparison.json without what differs run to run (run ids, wall time)."""
     data = json.loads((out / "comparison.json").read_text())
     data.pop("wall_time_s")
-    for row in data["cells"]:
+    for row in data["cells"] + data["selection_cells"]:
         row.pop("run_ids")
     return data
 

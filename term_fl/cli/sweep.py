@@ -198,19 +198,69 @@ def run_sweep(
             if summary.get("status") == "finished"
         ]
     wall = time.perf_counter() - start
-    rows = group_cells(finished)
-    chosen = select_by_validation(rows, objective=sel.objective, average=sel.average,
-                                  max_mean_drop=sel.max_mean_drop, split=sel.split)
-    write_comparison(out_dir, rows, chosen, wall)
+    # choose on the selection seeds' validation split; report on the report seeds' test split
+    selection_seeds, report_seeds = sel.split_seeds([s["seed"] for s in finished])
+    selection_rows = group_cells([s for s in finished if s["seed"] in selection_seeds])
+    rows = group_cells([s for s in finished if s["seed"] in report_seeds])
+    choices = selections(sel, selection_rows, rows)
+    chosen = choices[sel.devices]
+    seeds = {"selection": selection_seeds, "report": report_seeds, "shared": selection_seeds == report_seeds}
+    write_comparison(out_dir, rows, chosen, wall, seeds=seeds, selection_rows=selection_rows, choices=choices)
     console.print(comparison_table(scenario.name, rows, chosen))
     if any(row.get("differences") for row in rows):
         console.print(paired_table(scenario.name, rows))
     for line in convergence_lines(rows):
         console.print(line)
+    for line in seed_lines(seeds):
+        console.print(line)
     for name, c in chosen.items():
         console.print(f"chosen for {name}: [bold]{c['cell']}[/] ({c['rule']})")
+    for devices, other in choices.items():
+        if devices != sel.devices:
+            for name, c in other.items():
+                console.print(f"  with selection.devices = {devices!r} the choice for {name} would be {c['cell']}")
     console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}")
     return 0 if failed == 0 else 1
+
+
+def selections(
+    sel: Any, selection_rows: list[dict[str, Any]], report_rows: list[dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """The choice on validation by ``selection.devices`` and, where noise was injected, by the other devices too.
+
+    The headline is the scenario's own (``selection.devices``); with noisy
+    devices the sweep also says what a selection that does not know which
+    devices are clean ("all") or that does ("clean") would have chosen.
+    """
+    noisy = any(key.startswith(f"{SUMMARY_NAMES[VAL]}{CLEAN}") for row in selection_rows for key in row)
+    choices = {}
+    for devices in ("all", "clean") if noisy else (sel.devices,):
+        split = SUMMARY_NAMES[VAL] + (CLEAN if devices == "clean" else "") + (TAIL if sel.tail > 1 else "")
+        choices[devices] = select_by_validation(
+            selection_rows, objective=sel.objective, average=sel.average, max_mean_drop=sel.max_mean_drop,
+            split=split, reference=sel.reference, report_rows=report_rows)
+    return choices
+
+
+def seed_lines(seeds: dict[str, Any]) -> list[str]:
+    """What the tables were computed on: the selection and the report seeds, or a warning when they are the same."""
+    if not seeds["report"]:
+        return ["no report seed ran here: the tables above are empty (every run.seed is a selection seed; "
+                "add seeds of selection.report_seeds, or seeds outside selection.seeds, to report)"]
+    if seeds["shared"]:
+        return [f"seeds {_seed_range(seeds['report'])}: the parameters were chosen and are reported on the same "
+                "seeds (set selection.seeds and selection.report_seeds to keep them apart)"]
+    if not seeds["selection"]:
+        return [f"no selection seed ran here: the parameters are the file's own; every table and test above is on "
+                f"the test split of seeds {_seed_range(seeds['report'])}"]
+    return [f"chosen on the validation split of seeds {_seed_range(seeds['selection'])}; every table and test "
+            f"above is on the test split of seeds {_seed_range(seeds['report'])}, which took no part in the choice"]
+
+
+def _seed_range(seeds: list[int]) -> str:
+    if seeds and seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
+        return f"{seeds[0]}-{seeds[-1]}"
+    return ", ".join(map(str, seeds)) or "none"
 
 
 def _run_group(jobs: list[CellJob], store: ResultsStore, console: Console) -> list[dict[str, Any] | None]:
@@ -278,8 +328,22 @@ def convergence_lines(rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def write_comparison(out_dir: Path, rows: list[dict[str, Any]], chosen: dict[str, Any], wall_s: float) -> None:
-    """comparison.json (the rows, the selection and what the marks mean) and comparison.csv (the rows, flat)."""
+def write_comparison(
+    out_dir: Path,
+    rows: list[dict[str, Any]],
+    chosen: dict[str, Any],
+    wall_s: float,
+    *,
+    seeds: dict[str, Any] | None = None,
+    selection_rows: list[dict[str, Any]] | None = None,
+    choices: dict[str, Any] | None = None,
+) -> None:
+    """comparison.json (the rows, the selection and what the marks mean) and comparison.csv (the rows, flat).
+
+    ``rows`` are the cells over the report seeds; ``selection_rows`` the cells
+    over the selection seeds, whose validation split made the choice;
+    ``choices`` the choice by each device set where noise was injected.
+    """
     pairs = [d["n"] for row in rows for by_split in (row.get("differences") or {}).values()
              for d in (by_split.get("test") or {}).values()]  # fmt: skip
     meta = {
@@ -291,7 +355,8 @@ def write_comparison(out_dir: Path, rows: list[dict[str, Any]], chosen: dict[str
         "marks": {SIGNIFICANT_MARK: SIGNIFICANCE, CHOSEN_MARK: CHOSEN},
     }
     (out_dir / "comparison.json").write_text(
-        json.dumps(plain({"cells": rows, "selection": chosen, "wall_time_s": round(wall_s, 2), **meta}), indent=2) + "\n"
+        json.dumps(plain({"cells": rows, "selection": chosen, "wall_time_s": round(wall_s, 2), **meta,
+                          "seeds": seeds, "selection_cells": selection_rows, "selections": choices}), indent=2) + "\n"
     )
     chosen_hashes = {c["config_hash"] for c in chosen.values()}
     flat = [{**{k: v for k, v in row.items() if k not in ("run_ids", "differences", "baselines")},

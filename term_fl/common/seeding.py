@@ -39,6 +39,10 @@ NOISE_SELECT_TAG = 0xDA7A0004
 """Choice of the noisy devices when only their number is given."""
 NOISE_TAG = 0xDA7A0005
 """Corruption of one noisy device."""
+CONCEPT_TAG = 0xDA7A0006
+"""The shared labelling functions (concepts) of a two-concept synthetic dataset."""
+MINORITY_TAG = 0xDA7A0007
+"""Choice of the devices that follow the minority concept."""
 
 
 def check_seed(seed: object) -> int:

@@ -146,6 +146,8 @@ def select_by_validation(
     average: str = "mean",
     max_mean_drop: float = 0.01,
     split: str = "validation",
+    reference: str = BASELINES[0],
+    report_rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Per family of cells (:func:`family`: 'term', 'qffl', 'term sum' ...), the chosen cell (paper's rule, on validation).
 
@@ -155,14 +157,20 @@ def select_by_validation(
     at most ``max_mean_drop`` below FedAvg's: the device mean by default.
     ``split`` is where both are read (``validation``, ``validation_tail``,
     ``validation_clean``, ``validation_clean_tail``); a row without it falls
-    back to ``validation``.
+    back to ``validation``. ``reference`` is the baseline strategy whose
+    ``average`` bounds the drop. ``rows`` are the cells over the selection
+    seeds; with ``report_rows`` (the same cells over the report seeds) the
+    chosen cell's test statistics are the report seeds' (None where the
+    chosen cell has no report row), so nothing reported took part in the
+    choice.
     """
     def value(row: Mapping[str, Any], stat: str) -> float:
         return row.get(f"{split}.{stat}", row[f"validation.{stat}"])
 
-    first = BASELINES[0]
-    plain = [r for r in rows if r["strategy"] == first and r.get("reference_hash") == r["config_hash"]]
-    fedavg = plain or [r for r in rows if r["strategy"] == first]
+    baseline = reference
+    plain = [r for r in rows if r["strategy"] == baseline and r.get("reference_hash") == r["config_hash"]]
+    fedavg = plain or [r for r in rows if r["strategy"] == baseline]
+    reported = {r["config_hash"]: r for r in (rows if report_rows is None else report_rows)}
     families: dict[str, list[Mapping[str, Any]]] = {}
     for row in rows:
         if row["strategy"] not in BASELINES:  # a baseline is compared with, never chosen
@@ -171,7 +179,7 @@ def select_by_validation(
     for name, candidates in sorted(families.items()):
         if fedavg:
             reference = max(value(r, average) for r in fedavg)
-            reference_from = "fedavg"
+            reference_from = baseline
         else:
             reference = max(value(r, average) for r in candidates)
             reference_from = "best candidate"
@@ -180,6 +188,7 @@ def select_by_validation(
         stat = objective if eligible else average
         sign = statistic(stat).direction  # lower std is better
         best = max(pool, key=lambda r: (sign * value(r, stat), value(r, average)))
+        report = reported.get(best["config_hash"], {})
         chosen[name] = {
             "cell": best["cell"],
             "config_hash": best["config_hash"],
@@ -190,7 +199,7 @@ def select_by_validation(
                 else f"no candidate within {max_mean_drop} of {reference_from}: best {split} {average}"
             ),
             "validation": {s: value(best, s) for s in STATS},
-            "test": {s: best[f"test.{s}"] for s in STATS},
-            "test_se": {s: best[f"test.{s}.se"] for s in STATS},
+            "test": {s: report.get(f"test.{s}") for s in STATS},
+            "test_se": {s: report.get(f"test.{s}.se") for s in STATS},
         }
     return chosen

@@ -33,7 +33,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
-from term_fl.common.settings import NOT_HASHED
+from term_fl.common.settings import HASHED_WHEN_SET, NOT_HASHED
 from term_fl.data.registry import DATASETS
 from term_fl.learning.registry import MODELS
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
@@ -143,6 +143,13 @@ class _DataShared(ChoiceTable):
     noisy_devices: list[int] = Field(default_factory=list)
     num_noisy: int = Field(0, ge=0)
     noise_scale: float = Field(10.0, gt=0.0)
+    # added in 0.3: hashed only away from 0, so earlier hashes stay valid
+    min_test_samples: Annotated[int, HASHED_WHEN_SET] = Field(
+        0, ge=0, le=1_000_000,
+        description="at least this many test samples per device (taken from train, then validation; each split "
+                    "keeps one), so that a small device's test accuracy, and the worst 10%, are not one or two "
+                    "predictions; 0: the split fractions alone",
+    )
 
     @model_validator(mode="after")
     def _fractions_sum_to_one(self) -> _DataShared:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import typing
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from term_fl.common.settings import HASHED_WHEN_SET, NOT_HASHED
 from term_fl.maths.fairness import STATISTICS
@@ -68,6 +68,12 @@ class RunConfig(Table):
     )
     evaluate_fraction: float = Field(
         1.0, gt=0.0, le=1.0, description="fraction of devices evaluated on val and test each round"
+    )
+    # added in 0.3: hashed only away from uniform, so earlier hashes stay valid
+    sampling: Annotated[Literal["uniform", "size"], HASHED_WHEN_SET] = Field(
+        "uniform",
+        description="how each training round samples its devices: uniform, or size (probability proportional to "
+                    "the device's training examples n_k, without replacement, as the q-FFL and TERM reference code)",
     )
     # which rounds are recorded, not the model (the tail statistics read them): hashed away from 1
     evaluate_every: Annotated[int, HASHED_WHEN_SET] = Field(
@@ -147,6 +153,49 @@ class SelectionConfig(Table):
         "all", description="the devices whose validation statistics count: all, or clean (without injected "
                            "noise: their validation labels are not corrupted)"
     )
+    reference: Literal[("fedavg", "fedavg_uniform")] = Field(  # type: ignore[valid-type]
+        "fedavg", description="the baseline whose validation `average` a candidate may fall at most max_mean_drop "
+                              "below: fedavg (weighted by n_k) or fedavg_uniform (1/m)"
+    )
+    seeds: list[int] = Field(
+        default_factory=list,
+        description="the selection seeds: the parameters are chosen on their validation split; [] = every seed of "
+                    "the sweep (selection and report then share seeds, and the sweep says so)",
+    )
+    report_seeds: list[int] = Field(
+        default_factory=list,
+        description="the report seeds: the tables, paired differences and tests come from their test split; "
+                    "[] = every seed of the sweep not in `seeds`",
+    )
+
+    @field_validator("seeds", "report_seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        if any(isinstance(s, bool) or s < 0 for s in value):
+            raise ValueError(f"seeds must be integers >= 0 (got {value})")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a seed more than once (got {value})")
+        return sorted(value)
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> SelectionConfig:
+        shared = sorted(set(self.seeds) & set(self.report_seeds))
+        if shared:
+            raise ValueError(f"selection.seeds and selection.report_seeds share seeds {shared}: a seed that chose a "
+                             "parameter cannot also report it")
+        return self
+
+    def split_seeds(self, seeds: list[int]) -> tuple[list[int], list[int]]:
+        """The sweep's ``seeds`` as (selection seeds, report seeds).
+
+        Neither list set: both are every seed (the sweep says they are shared).
+        Only ``report_seeds``: nothing is chosen, every table is on them.
+        """
+        ran = sorted(set(seeds))
+        if not self.seeds and not self.report_seeds:
+            return ran, ran
+        report = self.report_seeds or [s for s in ran if s not in self.seeds]
+        return [s for s in ran if s in self.seeds], [s for s in ran if s in report]
 
     @property
     def split(self) -> str:

@@ -24,6 +24,7 @@ def build_dataset(
     noisy_devices: Iterable[int] = (),
     num_noisy: int = 0,
     noise_scale: float = 10.0,
+    min_test_samples: int = 0,
     **settings: Any,
 ) -> FederatedDataset:
     """Build a federated dataset whose devices are generated or split lazily, on first access.
@@ -54,6 +55,9 @@ def build_dataset(
     num_noisy : int, default 0
         Alternatively, how many devices to corrupt, chosen reproducibly from
         the seed. Give at most one of ``noisy_devices`` and ``num_noisy``.
+    min_test_samples : int, default 0
+        At least this many test samples per device (min(it, n - 2)), taken
+        from train, then validation (:func:`term_fl.data.splits.split_sizes`).
     noise_scale : float, default 10.0
         Feature factor of "scale_features".
     **settings
@@ -83,7 +87,8 @@ def build_dataset(
     # the dataset's own devices, then the same splits and noise for every dataset
     source = spec.source(values, seed)
     sizes, device_names, num_classes = source.sizes, source.device_names, source.num_classes
-    counts = [split_sizes(n, fractions, device=device_names[k]) for k, n in enumerate(sizes)]
+    min_test = check_min_test(min_test_samples)
+    counts = [split_sizes(n, fractions, device=device_names[k], min_test=min_test) for k, n in enumerate(sizes)]
     noisy = select_noisy_devices(
         noise, len(sizes), seed=seed, noisy_devices=noisy_devices, num_noisy=num_noisy
     )
@@ -91,7 +96,8 @@ def build_dataset(
 
     def build_device(k: int) -> DeviceData:
         x, y = source.raw_device(k)
-        train, val, test = split_indices(len(y), fractions, device_rng(seed, k, SPLIT_TAG), device=device_names[k])
+        train, val, test = split_indices(len(y), fractions, device_rng(seed, k, SPLIT_TAG), device=device_names[k],
+                                         min_test=min_test)
         data = DeviceData(x[train], y[train], x[val], y[val], x[test], y[test])
         if k in noisy_set:
             data = corrupt_device(
@@ -111,6 +117,13 @@ def build_dataset(
         "noise": noise_metadata(noise, noisy, noise_scale),
     }
     return FederatedDataset(name, len(sizes), source.num_features, num_classes, metadata, build_device)
+
+
+def check_min_test(value: Any) -> int:
+    """``min_test_samples`` as an int; a ValueError unless it is an integer >= 0."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"min_test_samples must be an integer >= 0, got {value!r}")
+    return value
 
 
 def dataset_settings(spec: DatasetSpec, settings: dict[str, Any]) -> SettingsModel:

@@ -15,6 +15,15 @@ If that leaves n_train < 1 (tiny devices), one sample at a time moves from
 the larger of val / test (test on a tie) to train until n_train = 1. Every
 split therefore holds at least one sample, and a device needs at least 3
 samples. Example: the 7-sample vehicle device at 50/20/30 gets 4 / 1 / 2.
+
+``min_test`` (a scenario's ``data.min_test_samples``, default 0: the rule
+above alone) raises a device's test split to min(min_test, n - 2) samples
+when the rule gives it fewer, taking them from train down to one sample,
+then from validation down to one: small devices then hold enough test
+samples for their accuracy to mean something (the 7-sample device with
+min_test = 4 gets 2 / 1 / 4; a 20-sample device at 50/20/30 with
+min_test = 10 gets 6 / 4 / 10). Devices the rule already gives min_test test samples are split
+as before.
 """
 
 from __future__ import annotations
@@ -47,8 +56,10 @@ def check_fractions(train: float, val: float, test: float) -> tuple[float, float
     return fractions  # type: ignore[return-value]
 
 
-def split_sizes(num_samples: int, fractions: tuple[float, float, float], *, device: str = "device") -> tuple[int, int, int]:
-    """Return ``(n_train, n_val, n_test)`` by the module's rounding rule.
+def split_sizes(
+    num_samples: int, fractions: tuple[float, float, float], *, device: str = "device", min_test: int = 0
+) -> tuple[int, int, int]:
+    """Return ``(n_train, n_val, n_test)`` by the module's rounding rule (and ``min_test``, see above).
 
     ``device`` names the device in the error raised when it has fewer than 3 samples.
     """
@@ -66,6 +77,10 @@ def split_sizes(num_samples: int, fractions: tuple[float, float, float], *, devi
             n_test -= 1
         else:
             n_val -= 1
+    if n_test < min_test:
+        # take the missing test samples from train (down to one), then from validation (down to one)
+        n_test = min(min_test, n - 2)
+        n_val = max(1, min(n_val, n - n_test - 1))
     return n - n_val - n_test, n_val, n_test
 
 
@@ -75,12 +90,13 @@ def split_indices(
     rng: np.random.Generator,
     *,
     device: str = "device",
+    min_test: int = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Shuffle ``0..num_samples-1`` with ``rng`` and cut it into train, val and test indices.
 
     The three arrays partition the samples: each index appears exactly once.
     """
-    n_train, n_val, _ = split_sizes(num_samples, fractions, device=device)
+    n_train, n_val, _ = split_sizes(num_samples, fractions, device=device, min_test=min_test)
     order = rng.permutation(num_samples)
     return order[:n_train], order[n_train : n_train + n_val], order[n_train + n_val :]
 

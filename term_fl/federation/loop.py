@@ -71,6 +71,7 @@ def build_scenario_strategy(scenario: Scenario, num_devices: int) -> FedAvg:
         clients_per_round=run.clients_per_round,  # at most num_devices: check_fits_dataset
         seed=run.seed,
         evaluate_fraction=run.evaluate_fraction,
+        sampling=run.sampling,
         min_available_nodes=num_devices,
     )
 
@@ -169,7 +170,8 @@ def _rounds(
 
     # The scenario's strategy, sampling by partition-id; the seeded initial model
     strategy = build_scenario_strategy(scenario, num_devices)
-    strategy.set_node_partitions(node_partitions)
+    sizes = dict(enumerate(dataset.metadata["sizes"]["train"]))  # n_k, for sampling = "size"
+    strategy.set_node_partitions(node_partitions, sizes)
     strategy.summary()
     arrays = initial_arrays(scenario, dataset)
     config = ConfigRecord({SCENARIO: scenario.to_json()})
@@ -220,5 +222,5 @@ def _rejoin(
     """:func:`rejoin_nodes`, and the strategy told when the node table changed."""
     rejoined = rejoin_nodes(grid, node_partitions, expected, timeout)
     if rejoined is not node_partitions:
-        strategy.set_node_partitions(rejoined)
+        strategy.set_node_partitions(rejoined, strategy.partition_sizes)
     return rejoined

@@ -251,6 +251,16 @@ def worst_10(accuracies: ArrayLike) -> float:
     return min(_mean(a[: _tail_size(a.size)]), _mean(a))
 
 
+def worst_10_devices(accuracies: ArrayLike) -> list[int]:
+    """The indices of the floor(0.1 K) lowest accuracies (at least one device): the devices :func:`worst_10` averages.
+
+    Ties are broken by index (a stable sort), so the same accuracies always
+    name the same devices.
+    """
+    a = _as_accuracies(accuracies)
+    return [int(i) for i in np.argsort(a, kind="stable")[: _tail_size(a.size)]]
+
+
 def best_10(accuracies: ArrayLike) -> float:
     """Mean of the floor(0.1 K) highest accuracies (at least one device).
 

@@ -27,7 +27,7 @@ from term_fl.config import ConfigError, Scenario, baseline_hash, config_hash, ex
 from term_fl.comparison.convergence import FLAT, last_fifth_change
 from term_fl.data import dataset_for
 from term_fl.engines import run_scenario
-from term_fl.maths.fairness import fairness_summary
+from term_fl.maths.fairness import fairness_summary, worst_10_devices
 from term_fl.federation.loop import FederationResult, Recorder, RoundRecord
 from term_fl.common.jsonable import plain
 from term_fl.common.keys import SUMMARY_NAMES, TEST, VAL
@@ -161,6 +161,9 @@ def build_summary(
     }
     for split, key in SUMMARY_NAMES.items():
         summary[key] = (evaluated.stats.get(split) if evaluated else None) or None
+    if evaluated is not None:
+        summary["worst_10_devices"] = {key: worst_devices(evaluated.eval_rows, split)
+                                       for split, key in SUMMARY_NAMES.items()}
     noisy = set((data.get("noise") or {}).get("devices") or [])
     if noisy and evaluated is not None:
         for split, key in SUMMARY_NAMES.items():
@@ -182,6 +185,20 @@ def build_summary(
     if error:
         summary["error"] = error
     return summary
+
+
+def worst_devices(eval_rows: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
+    """The devices that make up a split's worst 10%, with their accuracy and number of samples.
+
+    A worst 10% of devices that hold one or two test samples moves by 0.5 with
+    one prediction: the sizes say how much one number can be trusted.
+    """
+    rows = sorted((r for r in eval_rows if r["split"] == split), key=lambda r: r["partition_id"])
+    if not rows:
+        return []
+    chosen = worst_10_devices(np.array([r["accuracy"] for r in rows]))
+    return [{"partition_id": rows[i]["partition_id"], "accuracy": rows[i]["accuracy"], "examples": rows[i]["examples"]}
+            for i in chosen]
 
 
 def clean_device_statistics(

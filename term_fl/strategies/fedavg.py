@@ -30,7 +30,7 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
@@ -138,6 +138,13 @@ class FedAvg(PartitionSampling):
         (ceil(evaluate_fraction * P); 1.0 evaluates all, 0.0 none), once
         :meth:`set_node_partitions` was called. Before that Flower's
         ``fraction_evaluate`` applies.
+    sampling : {"uniform", "size"} (default: "uniform")
+        How training rounds draw their partitions once
+        :meth:`set_node_partitions` was called: uniformly, or with
+        probabilities proportional to each partition's number of training
+        examples n_k, without replacement (as the q-FFL and TERM reference
+        code samples); "size" needs the sizes, ``set_node_partitions(mapping,
+        sizes)``. Evaluation samples uniformly.
     partition_key : str (default: "partition-id")
         Metric key of the partition id in replies (sorting, reports, logs).
     """
@@ -166,6 +173,7 @@ class FedAvg(PartitionSampling):
         clients_per_round: int | None = None,
         seed: int = 0,
         evaluate_fraction: float = 1.0,
+        sampling: Literal["uniform", "size"] = "uniform",
         partition_key: str = PARTITION_ID,
     ) -> None:
         defences = Defences.of(type(self).__name__, clip_loss=clip_loss, max_update_norm=max_update_norm)
@@ -183,6 +191,7 @@ class FedAvg(PartitionSampling):
             clients_per_round=clients_per_round,
             seed=seed,
             evaluate_fraction=evaluate_fraction,
+            sampling=sampling,
         )
         self.clip_loss = defences.clip_loss
         self.max_update_norm = defences.max_update_norm

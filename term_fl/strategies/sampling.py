@@ -14,7 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, Literal
+
+import numpy as np
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.serverapp import Grid
@@ -27,7 +29,10 @@ from term_fl.common.seeding import EVAL_SAMPLING, TRAIN_SAMPLING, sampling_rng
 from .instructions import Instructions
 from .replies import sent_index
 
-__all__ = ["PartitionSampler", "PartitionSampling"]
+__all__ = ["SAMPLING", "PartitionSampler", "PartitionSampling"]
+
+SAMPLING = ("uniform", "size")
+"""How training rounds sample partitions: uniformly, or with probability proportional to n_k."""
 
 
 class PartitionSampler:
@@ -39,9 +44,12 @@ class PartitionSampler:
         node_id -> partition_id; each partition belongs to exactly one node.
     seed : int
         The run seed: round r draws from ``sampling_rng(seed, r, stream)``.
+    sizes : mapping, optional
+        partition_id -> its number of training examples n_k (every partition,
+        each > 0): what :meth:`sample` weights by with ``proportional=True``.
     """
 
-    def __init__(self, node_partitions: Mapping[int, int], seed: int) -> None:
+    def __init__(self, node_partitions: Mapping[int, int], seed: int, sizes: Mapping[int, int] | None = None) -> None:
         node_of_partition: dict[int, int] = {}
         for node, partition in node_partitions.items():
             if partition in node_of_partition:
@@ -53,6 +61,7 @@ class PartitionSampler:
             node_of_partition[int(partition)] = int(node)
         self.node_of_partition = node_of_partition
         self.seed = seed
+        self.sizes = None if sizes is None else _checked_sizes(sizes, node_of_partition)
 
     @property
     def node_partitions(self) -> dict[int, int]:
@@ -64,12 +73,16 @@ class PartitionSampler:
         nodes = set(node_ids)
         return sorted(p for p, n in self.node_of_partition.items() if n in nodes)
 
-    def sample(self, server_round: int, node_ids: Iterable[int], size: int, stream: int) -> list[int]:
+    def sample(
+        self, server_round: int, node_ids: Iterable[int], size: int, stream: int, *, proportional: bool = False
+    ) -> list[int]:
         """``size`` partitions (sorted) among those whose node is in ``node_ids`` (the connected ones).
 
         Drawn without replacement from the sorted connected partition ids with
-        ``sampling_rng(seed, server_round, stream)``; all of them when ``size``
-        reaches their number.
+        ``sampling_rng(seed, server_round, stream)``, uniformly or, with
+        ``proportional``, with probabilities proportional to their sizes n_k
+        (numpy's successive draws without replacement, as the q-FFL and TERM
+        reference code samples); all of them when ``size`` reaches their number.
         """
         available = self.connected(node_ids)
         if size > len(available):
@@ -84,11 +97,29 @@ class PartitionSampler:
         if size == len(available):
             return available
         rng = sampling_rng(self.seed, server_round, stream)
-        return sorted(int(p) for p in rng.choice(available, size=size, replace=False))
+        if not proportional:
+            return sorted(int(p) for p in rng.choice(available, size=size, replace=False))
+        if self.sizes is None:
+            raise ValueError("sampling proportional to n_k needs each partition's number of training examples: "
+                             "call set_node_partitions(mapping, sizes={partition_id: n_k})")
+        weights = np.array([self.sizes[p] for p in available], dtype=np.float64)
+        return sorted(int(p) for p in rng.choice(available, size=size, replace=False, p=weights / weights.sum()))
 
     def nodes(self, partitions: Iterable[int]) -> list[int]:
         """The node of each partition."""
         return [self.node_of_partition[p] for p in partitions]
+
+
+def _checked_sizes(sizes: Mapping[int, int], node_of_partition: Mapping[int, int]) -> dict[int, int]:
+    """The partition sizes, each a positive integer, one for every partition that has a node."""
+    checked = {int(p): n for p, n in sizes.items()}
+    missing = sorted(set(node_of_partition) - set(checked))
+    if missing:
+        raise ValueError(f"sizes: no number of training examples for partitions {missing}")
+    bad = {p: n for p, n in checked.items() if isinstance(n, bool) or not isinstance(n, int | np.integer) or n < 1}
+    if bad:
+        raise ValueError(f"sizes: each partition's number of training examples must be an integer >= 1, got {bad}")
+    return checked
 
 
 class PartitionSampling(FlowerFedAvg):
@@ -105,9 +136,17 @@ class PartitionSampling(FlowerFedAvg):
     """
 
     def __init__(
-        self, *, clients_per_round: int | None = None, seed: int = 0, evaluate_fraction: float = 1.0, **flower: Any
+        self,
+        *,
+        clients_per_round: int | None = None,
+        seed: int = 0,
+        evaluate_fraction: float = 1.0,
+        sampling: Literal["uniform", "size"] = "uniform",
+        **flower: Any,
     ) -> None:
         super().__init__(**flower)
+        if sampling not in SAMPLING:
+            raise ValueError(f"sampling must be one of {', '.join(map(repr, SAMPLING))}, got {sampling!r}.")
         if clients_per_round is not None and (
             isinstance(clients_per_round, bool)
             or not isinstance(clients_per_round, int)
@@ -123,27 +162,43 @@ class PartitionSampling(FlowerFedAvg):
         self.clients_per_round = clients_per_round
         self.seed = seed
         self.evaluate_fraction = float(evaluate_fraction)
+        self.sampling = sampling
         self.current_arrays: ArrayRecord | None = None
         self._sent: Sequence[Message] = []
         self._sampler: PartitionSampler | None = None
 
-    def set_node_partitions(self, mapping: Mapping[int, int]) -> None:
-        """Learn which partition each node holds (node_id -> partition_id).
+    def set_node_partitions(self, mapping: Mapping[int, int], sizes: Mapping[int, int] | None = None) -> None:
+        """Learn which partition each node holds (node_id -> partition_id), and with ``sampling="size"`` their sizes.
 
         From then on training and evaluation sample partitions with the seeded
-        generator and send to their nodes.
+        generator and send to their nodes. ``sizes`` (partition_id -> number
+        of training examples) is required by ``sampling="size"``, which draws
+        each training round's partitions with probabilities proportional to
+        it; evaluation samples uniformly.
         """
-        self._sampler = PartitionSampler(mapping, self.seed)
+        if self.sampling == "size" and sizes is None:
+            raise ValueError("sampling='size' draws partitions in proportion to their number of training examples: "
+                             "call set_node_partitions(mapping, sizes={partition_id: n_k})")
+        self._sampler = PartitionSampler(mapping, self.seed, sizes)
 
     @property
     def node_partitions(self) -> dict[int, int] | None:
         """The node_id -> partition_id mapping, or None when not set."""
         return None if self._sampler is None else self._sampler.node_partitions
 
+    @property
+    def partition_sizes(self) -> dict[int, int] | None:
+        """The partition_id -> n_k mapping given to :meth:`set_node_partitions`, or None."""
+        return None if self._sampler is None or self._sampler.sizes is None else dict(self._sampler.sizes)
+
     def sample_partitions(self, server_round: int, grid: Grid, size: int, stream: int) -> list[int]:
-        """``size`` partitions (sorted) among those whose node is connected (:meth:`PartitionSampler.sample`)."""
+        """``size`` partitions (sorted) among those whose node is connected (:meth:`PartitionSampler.sample`).
+
+        Training rounds draw in proportion to n_k with ``sampling="size"``.
+        """
         assert self._sampler is not None
-        return self._sampler.sample(server_round, grid.get_node_ids(), size, stream)
+        proportional = self.sampling == "size" and stream == TRAIN_SAMPLING
+        return self._sampler.sample(server_round, grid.get_node_ids(), size, stream, proportional=proportional)
 
     def configure_train(
         self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
@@ -199,8 +254,8 @@ class PartitionSampling(FlowerFedAvg):
     def summary(self) -> None:
         """Log the sampling settings, then Flower's."""
         log(INFO, "\t├──> term-fl sampling:")
-        log(INFO, "\t│\t├── clients_per_round: %s | evaluate_fraction: %.2f | seed: %d",
-            self.clients_per_round, self.evaluate_fraction, self.seed)
+        log(INFO, "\t│\t├── clients_per_round: %s | sampling: %s | evaluate_fraction: %.2f | seed: %d",
+            self.clients_per_round, self.sampling, self.evaluate_fraction, self.seed)
         log(INFO, "\t│\t└── partitions known: %s",
             "no (Flower sampling)" if self._sampler is None else len(self._sampler.node_of_partition))
         super().summary()
