@@ -133,3 +133,25 @@ def test_ecdf_steps_to_one():
                                              ("vehicle", "vehicle"), ([0.5, 0.2], "[0.5, 0.2]"), (None, "none")])  # fmt: skip
 def test_format_value_writes_settings_as_a_user_would(value, text):
     assert cc.format_value(value) == text
+
+
+def test_cells_that_share_a_label_are_told_apart_by_the_setting_that_differs():
+    """A data setting swept beside the strategies (data.min_test_samples) names the cells that would collide."""
+    from term_fl.comparison.summaries import group_cells
+    from term_fl.config import Scenario
+
+    summaries = []
+    for minimum in (0, 5):
+        config = Scenario().model_dump(mode="json")
+        config["data"]["min_test_samples"] = minimum
+        for seed in (0, 1, 2):
+            for name in ("fedavg", "term"):
+                strategy = {"name": name, "t": 3.0} if name == "term" else {"name": name}
+                summaries.append({"run_id": f"{name}-{minimum}-{seed}", "seed": seed, "strategy": strategy,
+                                  "config_hash": f"{name}{minimum}", "config": config,
+                                  "test": {"mean": 0.5 + seed / 10 + minimum / 100}, "validation": {"mean": 0.5}})
+    labels = sorted(row["cell"] for row in group_cells(summaries))
+    assert labels == ["fedavg min_test_samples=0", "fedavg min_test_samples=5",
+                      "term t=3 min_test_samples=0", "term t=3 min_test_samples=5"]
+    alone = [s for s in summaries if s["config"]["data"]["min_test_samples"] == 0]
+    assert sorted(row["cell"] for row in group_cells(alone)) == ["fedavg", "term t=3"]  # nothing to tell apart

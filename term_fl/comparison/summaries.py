@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from term_fl.comparison.cells import flat_settings
+from term_fl.comparison.cells import cell_labels, flat_settings
 from term_fl.comparison.paired import mean_se
 from term_fl.comparison.pairing import BASELINES
 from term_fl.comparison.table import CellValues, compare_cells
@@ -84,14 +84,28 @@ def group_cells(summaries: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
                   for split in splits}  # fmt: skip
         cells.append(CellValues(key, runs[0]["strategy"]["name"], _settings(runs[0]), values))
     compared = compare_cells(cells, PAIRED)
-    return [_row(groups[cell.key], cell, compared[cell.key]) for cell in cells]
+    labels = distinct_labels(cells, [groups[cell.key][0]["strategy"] for cell in cells])
+    return [_row(groups[cell.key], cell, compared[cell.key], label) for cell, label in zip(cells, labels, strict=True)]
 
 
-def _row(runs: Sequence[Mapping[str, Any]], cell: CellValues, compared: Mapping[str, Any]) -> dict[str, Any]:
+def distinct_labels(cells: Sequence[CellValues], strategies: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each cell's label ('term t=3'); cells that would share one also name the settings that tell them apart
+    ('term t=0.1 sum min_test_samples=5', :func:`term_fl.comparison.cells.cell_labels`)."""
+    labels = [cell_label(dict(strategy)) for strategy in strategies]
+    shared = {label for label in labels if labels.count(label) > 1}
+    if not shared or any("reference_hash" in cell.settings for cell in cells):  # summaries without config.json
+        return labels
+    named, _ = cell_labels(labels, [cell.settings for cell in cells], strategies=[cell.strategy for cell in cells])
+    return [new if old in shared else old for old, new in zip(labels, named, strict=True)]
+
+
+def _row(
+    runs: Sequence[Mapping[str, Any]], cell: CellValues, compared: Mapping[str, Any], label: str
+) -> dict[str, Any]:
     """A cell's row of comparison.json: identity, statistics, convergence, paired differences."""
     strategy = dict(runs[0]["strategy"])
     row: dict[str, Any] = {
-        "cell": cell_label(strategy),
+        "cell": label,
         "config_hash": cell.key,
         "reference_hash": runs[0].get("reference_hash"),
         "strategy": strategy["name"],
