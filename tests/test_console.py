@@ -144,3 +144,14 @@ def test_verbose_shows_flowers_info_lines(restore_logging):
     route_logs(console, verbose=True)
     assert logging.getLogger("flwr").isEnabledFor(logging.INFO)
     assert logging.getLogger("term_fl").isEnabledFor(logging.INFO)
+
+
+def test_the_reference_table_names_each_runs_worst_devices_with_their_test_sizes():
+    """Per-device test sizes beside the worst 10%: a device with 1 test sample scores 0 or 1."""
+    from term_fl.cli.console import worst_devices_line
+
+    summary = {"worst_10_devices": {"test": [{"partition_id": 4, "accuracy": 0.0, "examples": 1},
+                                             {"partition_id": 9, "accuracy": 0.5, "examples": 12}]}}
+    assert worst_devices_line("term t=3", summary) == (
+        "term t=3's worst 10% on test (device: accuracy on its samples): 4: 0.00 on 1, 9: 0.50 on 12")
+    assert worst_devices_line("fedavg", {}) == ""  # a summary written before 0.3 has none

@@ -285,8 +285,19 @@ def reference_table(scenario: Any, run: Mapping[str, Any], references: Sequence[
         diffs = [_difference(values[0], value) for value in values[1:]]
         table.add_row(stat.label, *(_fmt(value) for value in values), *diffs)
     lines = [_convergence_line(name, summary) for name, summary in zip(names[1:], references, strict=True)]
-    table.caption = "\n".join(line for line in (*lines, ONE_SEED) if line)
+    worst = [worst_devices_line(name, summary) for name, summary in zip(names, (run, *references), strict=True)]
+    table.caption = "\n".join(line for line in (*worst, *lines, ONE_SEED) if line)
     return table
+
+
+def worst_devices_line(name: str, summary: Mapping[str, Any], split: str = "test") -> str:
+    """Which devices make ``name``'s worst 10% on ``split``, each with its accuracy and its number of samples
+    there (a device with 1 test sample scores 0 or 1)."""
+    devices = (summary.get("worst_10_devices") or {}).get(split) or []
+    if not devices:
+        return ""
+    words = ", ".join(f"{d['partition_id']}: {d['accuracy']:.2f} on {d['examples']}" for d in devices)
+    return f"{name}'s worst 10% on {split} (device: accuracy on its samples): {words}"
 
 
 def _difference(a: Any, b: Any) -> str:
