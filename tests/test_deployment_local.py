@@ -24,6 +24,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -207,8 +208,19 @@ def round_timeout_s(env: dict[str, str]) -> int:
     return max(MIN_ROUND_TIMEOUT_S, int(8 * (time.monotonic() - t0)) + 1)
 
 
-def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_path):
-    t_start = time.monotonic()
+class Topology(NamedTuple):
+    """The compose topology started on loopback: its processes and where the run lands."""
+
+    link: subprocess.Popen
+    nodes: dict[int, subprocess.Popen]  # partition id -> SuperNode
+    cli: subprocess.Popen  # the submitter (deploy/submit.sh + flwr run --stream)
+    db: Path
+    round_timeout: int
+    config_toml: Path
+
+
+def start_topology(procs: Processes, tmp_path: Path, **overrides: str) -> Topology:
+    """docker-compose.yml's `fairness` profile as local processes: SuperLink, NUM_NODES SuperNodes, submitter."""
     for exe in ("flower-superlink", "flower-supernode", "flower-superexec", "flwr"):
         if not (BIN / exe).exists():
             pytest.skip(f"{exe} is not installed in {BIN}")
@@ -227,7 +239,7 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
     link_cmd = set_flag(set_flag(link_cmd, "--host", "127.0.0.1"), "--port", str(port))
     assert link_cmd[0] == "flower-superlink" and "--disable-runtime-dependency-installation" in link_cmd
     link_cmd[0] = str(BIN / link_cmd[0])
-    procs.start(procs.superlinks, "superlink", link_cmd, procs.env(tmp_path / "flwr-superlink"))
+    link = procs.start(procs.superlinks, "superlink", link_cmd, procs.env(tmp_path / "flwr-superlink"))
 
     # SuperNodes: the first NUM_NODES of the fairness profile, num-partitions made consistent
     fairness = sorted(
@@ -262,8 +274,8 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
         scenario = ""
     # compose's ${VAR:-default} interpolation, with the defaults (no variables set)
     defaults = re.sub(r"\$\{\w+(?::-([^}]*))?\}", lambda m: m[1] or "", run_config["overrides"])
-    overrides = dict(item.split("=", 1) for item in shlex.split(defaults))
-    overrides.update({
+    run_overrides = dict(item.split("=", 1) for item in shlex.split(defaults))
+    run_overrides.update({
         "data.num_devices": str(NUM_NODES),
         "run.rounds": str(ROUNDS),
         "run.clients_per_round": str(CLIENTS_PER_ROUND),
@@ -271,9 +283,10 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
         "run.node_timeout": "90",
         "data.max_samples": "200",
         "client.device": "cpu",
+        **overrides,
     })
     results = tmp_path / "results"
-    rc_value = (f'scenario="{scenario}" overrides="{" ".join(f"{k}={v}" for k, v in overrides.items())}" '
+    rc_value = (f'scenario="{scenario}" overrides="{" ".join(f"{k}={v}" for k, v in run_overrides.items())}" '
                 f'results-dir="{results}"')
     app_dir = submit[submit.index("run") + 1]
     connection = submit_env["TERM_FL_CONNECTION"]
@@ -287,10 +300,16 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
                   TERM_FL_CONNECTION="local-test", TERM_FL_ROOT_CERTIFICATES=str(certs / "ca.crt"),
                   TERM_FL_WAIT_TIMEOUT="60"),
     )
-    config_toml = (tmp_path / "flwr-cli" / "config.toml")
+    return Topology(link, node_procs, cli, results / "results.db", round_timeout, tmp_path / "flwr-cli" / "config.toml")
+
+
+def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_path):
+    t_start = time.monotonic()
+    topology = start_topology(procs, tmp_path)
+    cli, node_procs, db, round_timeout = topology.cli, topology.nodes, topology.db, topology.round_timeout
+    config_toml = topology.config_toml
 
     # Wait for round 1 in the results store, then crash one SuperNode
-    db = results / "results.db"
     victim = NUM_NODES - 1
     deadline = time.monotonic() + RUN_DEADLINE_S
     while not rows(db, "SELECT round FROM rounds WHERE round = 1"):
@@ -361,3 +380,36 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
     print(f"\nlocal deployment test: wall {wall:.1f} s (run after kill {t_end - t_kill:.1f} s; "
           f"{NUM_NODES} SuperNodes, {ROUNDS} rounds, run.round_timeout={round_timeout} s, "
           f"SuperNode {victim} killed after round {kill_round})")
+
+
+def test_compose_stop_interrupts_the_run_and_every_service_stops_within_its_grace_period(procs, tmp_path):
+    """`docker compose stop`, as processes: SIGTERM to the SuperNodes and the submitter (the services that depend
+    on the SuperLink), then to the SuperLink; tini (compose's `init`) hands it to the service's process alone.
+    Each must exit within its stop_grace_period (SuperNodes 5 s, the others compose's 10 s), or compose kills it.
+    A container ends with its process: what that process left (the SuperLink's SuperExec and ServerApp) is then
+    killed, emulated here by SIGKILL to every process the topology started. The ServerApp's run must by then be
+    recorded as interrupted, not left running (to be called lost a minute later)."""
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    grace = {"supernode": float(compose["services"]["fairness-supernode-0"]["stop_grace_period"].rstrip("s")),
+             "other": 10.0}
+    topology = start_topology(procs, tmp_path, **{"run.rounds": "50"})
+    deadline = time.monotonic() + RUN_DEADLINE_S
+    while not rows(topology.db, "SELECT round FROM rounds WHERE round = 1"):
+        if topology.cli.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"round 1 never recorded (flwr run exit {topology.cli.poll()}):\n{procs.tails()}")
+        time.sleep(0.5)
+    took = {}
+    for name, proc, limit in [*((f"supernode-{p}", n, grace["supernode"]) for p, n in topology.nodes.items()),
+                              ("flwr-run", topology.cli, grace["other"]), ("superlink", topology.link, grace["other"])]:
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} did not stop within {limit:g} s of SIGTERM:\n{procs.tails()}")
+        took[name] = round(time.monotonic() - sent, 1)
+    time.sleep(float(os.environ.get("TRUST_SLEEP", "0")))
+    procs.sweep()  # the superlink container is gone, and with it what its process left
+    runs = rows(topology.db, "SELECT status, error FROM runs")
+    assert len(runs) == 1 and runs[0][0] == "interrupted", f"{runs} {took}\n{procs.tails()}"
+    print(f"\ncompose stop, as processes: seconds from SIGTERM to exit {took}; the run: {runs[0]}")

@@ -51,6 +51,10 @@ SIZE_OFFSET = 50
 
 _FEATURE_STD = np.arange(1, NUM_FEATURES + 1, dtype=np.float64) ** -0.6
 """sqrt(Sigma_jj) = sqrt(j^-1.2)."""
+SIZE_MU, SIZE_SIGMA = 4.0, 2.0
+"""The lognormal of the device sizes (mean and standard deviation of its logarithm)."""
+BYTES_PER_SAMPLE = NUM_FEATURES * 4 + 8
+"""A sample in memory: 60 float32 features and an int64 label."""
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ class SyntheticGenerator:
     @cached_property
     def sizes(self) -> np.ndarray:
         """Samples per device, ``floor(lognormal(4, 2)) + 50`` capped at ``max_samples`` (int64, read-only)."""
-        draws = dataset_rng(self.seed, SIZES_TAG).lognormal(4.0, 2.0, size=self.num_devices)
+        draws = dataset_rng(self.seed, SIZES_TAG).lognormal(SIZE_MU, SIZE_SIGMA, size=self.num_devices)
         sizes = draws.astype(np.int64) + SIZE_OFFSET
         if self.max_samples is not None:
             sizes = np.minimum(sizes, self.max_samples)
@@ -134,6 +138,30 @@ class SyntheticSettings(SettingsModel):
     beta: float = Field(1.0, ge=0.0, le=100.0, description="variance of the devices' feature means")
     max_samples: int | None = Field(1000, ge=MIN_DEVICE_SAMPLES, le=1_000_000,
                                     description="cap on a synthetic device's size")
+
+
+def expected_device_size(max_samples: int | None) -> float:
+    """The mean size of a device, ``floor(L) + 50`` capped at ``max_samples`` with L ~ lognormal(4, 2).
+
+    From the lognormal's closed form, E[min(L, k)] = exp(mu + sigma^2 / 2)
+    Phi((ln k - mu - sigma^2) / sigma) + k (1 - Phi((ln k - mu) / sigma)) with
+    k = max_samples - 50 (the floor is left out: within one sample of the
+    mean); without a cap, exp(mu + sigma^2 / 2) + 50.
+    """
+    mean = math.exp(SIZE_MU + SIZE_SIGMA**2 / 2)
+    if max_samples is None:
+        return mean + SIZE_OFFSET
+    k = max_samples - SIZE_OFFSET
+    if k <= 0:
+        return float(max_samples)
+    phi = lambda z: 0.5 * math.erfc(-z / math.sqrt(2))  # noqa: E731  the standard normal's CDF
+    z = (math.log(k) - SIZE_MU) / SIZE_SIGMA
+    return SIZE_OFFSET + mean * phi(z - SIZE_SIGMA) + k * (1 - phi(z))
+
+
+def estimated_bytes(settings: SyntheticSettings) -> float:
+    """About how many bytes the dataset's samples take in memory, from its settings alone (nothing generated)."""
+    return settings.num_devices * expected_device_size(settings.max_samples) * BYTES_PER_SAMPLE
 
 
 def synthetic_source(settings: SyntheticSettings, seed: int) -> DeviceSource:
