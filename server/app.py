@@ -14,6 +14,7 @@ from pathlib import Path
 
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
+from flwr.supercore.exit import add_exit_handler
 from flwr.superlink.grid import InMemoryGrid
 
 from term_fl.config import load_scenario
@@ -67,5 +68,10 @@ def main(grid: Grid, context: Context) -> None:
         grid = ReplyPollingGrid(grid, poll_s)
     with ResultsStore(root / "results.db") as store:
         recorder = RunRecorder(store, root / run_id, run_id=run_id)
+        # Flower's graceful exit (SIGTERM, SIGINT, its SuperExec gone: `docker compose stop`) records the run as
+        # interrupted first, before Flower's own exit handlers talk to a SuperLink that may be gone, and before
+        # the container ends; LIFO: handlers added last run first.
+        add_exit_handler(lambda: recorder.interrupt("the ServerApp was stopped (Flower's graceful exit)"),
+                         run_before_force_exit=True)
         run_federation(grid, scenario, recorder, on_round=_log_round, node_settle_s=settle_s)
     log.info("term-fl: run %s written to %s", run_id, root / run_id)

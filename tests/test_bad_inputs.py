@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -139,6 +140,23 @@ SCENARIO_CASES = [
     ("reference-unknown", lambda p: ["--set", "run.reference=fedprox"], ["run.reference", "'fedavg'", "fedprox"]),
     ("reference-twice", lambda p: ["--set", 'run.reference=["fedavg", "qffl", "fedavg"]'],
      ["run.reference", "fedavg more than once"]),
+    # issue 22: values every client reads, and data that must stay finite and fit in memory
+    ("node-timeout-inf", lambda p: ["--set", "run.node_timeout=inf"], ["run.node_timeout", "finite number"]),
+    ("round-timeout-inf", lambda p: ["--set", "run.round_timeout=inf"], ["run.round_timeout", "finite number"]),
+    ("round-timeout-beyond-a-week", lambda p: ["--set", "run.round_timeout=1e300"],
+     ["run.round_timeout", "less than or equal to 604800"]),
+    ("noise-scale-inf", lambda p: ["--set", "data.noise=scale_features", "--set", "data.num_noisy=1",
+                                   "--set", "data.noise_scale=inf"], ["data.noise_scale", "finite number"]),
+    ("noise-scale-1e300", lambda p: ["--set", "data.noise=scale_features", "--set", "data.num_noisy=1",
+                                     "--set", "data.noise_scale=1e300"],
+     ["data.noise_scale", "less than or equal to 1000000"]),
+    ("a-million-synthetic-devices", lambda p: ["--set", "data.synthetic.num_devices=1000000"],
+     ["data.synthetic.num_devices = 1000000", "data.synthetic.samples_per_device = 150", "about 37.2 GB",
+      "data.size_limit_gb = 4", "raise data.size_limit_gb"]),
+    ("uncapped-devices-over-a-lowered-limit", lambda p: ["--set", "data.synthetic.max_samples=1000000",
+                                                        "--set", "data.size_limit_gb=0.0001"],
+     ["data.synthetic.max_samples = 1000000", "about 0.0 GB", "data.size_limit_gb = 0.0001"]),
+    ("checkpoint-every-0", lambda p: ["--set", "run.checkpoint_every=0"], ["run.checkpoint_every", "greater than"]),
 ]
 
 
@@ -150,6 +168,7 @@ def _write(path: Path, content: str | bytes) -> Path:
 def assert_usage_error(code: int, err: str, words: list[str]) -> None:
     assert code == 2, err
     assert err.startswith("term-fl: error: "), err
+    assert len(err.strip().splitlines()) == 1, err  # one line
     assert "Traceback" not in err
     for word in words:
         assert word in err, f"{word!r} not in {err!r}"
@@ -192,7 +211,33 @@ PATH_CASES = [
      ["'nope' is neither a run id nor a scenario"]),
     ("sweep-without-sweep", lambda p: ["sweep", str(_write(p / "s.toml", "[run]\nrounds = 1\n")), "--db",
                                         str(p / "r.db")], ["no [sweep] table"]),
+    # issue 22: paths and numbers of the command line
+    ("out-empty", lambda p: ["run", "--out", ""], ["--out ''", "empty"]),
+    ("sweep-out-empty", lambda p: ["sweep", str(_write(p / "s.toml", '[sweep]\n"run.seed" = [0]\n')), "--out", ""],
+     ["--out ''", "empty"]),
+    ("db-dev-null", lambda p: ["run", "--db", "/dev/null"], ["--db /dev/null", "not a regular file",
+                                                             "a character device"]),
+    ("runs-db-dev-null", lambda p: ["runs", "--db", "/dev/null"], ["--db /dev/null", "not a regular file"]),
+    ("runs-limit-beyond-64-bits", lambda p: ["runs", "--limit", "99999999999999999999", "--db", str(_store(p))],
+     ["--limit 99999999999999999999", "allowed 0 (all runs) to 9223372036854775807"]),
+    ("dashboard-port-99999", lambda p: ["dashboard", "--port", "99999", "--db", str(p / "r.db")],
+     ["--port 99999", "allowed 1..65535"]),
+    ("dashboard-port-negative", lambda p: ["dashboard", "--port", "-1", "--db", str(p / "r.db")],
+     ["--port -1", "allowed 1..65535"]),
+    ("dashboard-host-unresolvable", lambda p: ["dashboard", "--host", "no-such-host.invalid", "--db", str(p / "r.db")],
+     ["--host no-such-host.invalid", "cannot be resolved"]),
+    ("sweep-grid-of-ten-billion-cells", lambda p: ["sweep", str(_write(p / "s.toml", TEN_BILLION_CELLS))],
+     ["10,000,000,000 cells", "10 values of run.seed x", "at most 10,000", "--max-cells N"]),
 ]
+
+# Ten keys of ten values each: 10^10 cells, refused as they are counted (tests/test_bad_inputs.py times it)
+TEN_BILLION_CELLS = "[sweep]\n" + "".join(f'"{key}" = {values}\n' for key, values in [
+    ("run.seed", list(range(10))), ("strategy.term.t", [float(t) for t in range(10)]),
+    ("client.lr", [0.01 * (i + 1) for i in range(10)]), ("client.epochs", list(range(1, 11))),
+    ("client.batch_size", list(range(1, 11))), ("client.weight_decay", [0.001 * i for i in range(10)]),
+    ("client.tau", [float(i) for i in range(10)]), ("strategy.term.lam", [0.1 * (i + 1) for i in range(10)]),
+    ("run.evaluate_every", list(range(1, 11))), ("run.clients_per_round", list(range(1, 11))),
+])
 
 
 SWEEP_CASES = [
@@ -222,14 +267,57 @@ def _store(p: Path) -> Path:
 
 
 @pytest.mark.parametrize(("make_args", "words"), [c[1:] for c in PATH_CASES], ids=[c[0] for c in PATH_CASES])
-def test_bad_store_and_output_paths_exit_2_naming_the_path(make_args, words, tmp_path, capsys):
+def test_bad_store_and_output_paths_exit_2_naming_the_path(make_args, words, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # a run or sweep that wrongly went ahead writes here, not into the repository
+    monkeypatch.setattr("uvicorn.run", lambda *a, **kw: pytest.fail("the dashboard started"))
     args = make_args(tmp_path)
-    if args[0] == "run":
+    if args[0] in ("run", "sweep"):
         args = [*args, "--engine", "inprocess", *SMALL_ARGS]
         if "--db" not in args:
             args += ["--db", str(tmp_path / "r.db")]
+    before = _runs_in(tmp_path / "r.db")
     capsys.readouterr()
     assert_usage_error(main(args), capsys.readouterr().err, words)
+    assert _runs_in(tmp_path / "r.db") == before  # nothing recorded
+    assert not (tmp_path / "runs").exists()
+
+
+def _runs_in(db: Path) -> list[str]:
+    from term_fl.results import ResultsStore
+
+    return [r.run_id for r in ResultsStore.open_readonly(db).list_runs()] if db.is_file() else []
+
+
+def test_a_dashboard_address_it_cannot_listen_at_exits_2_naming_it(tmp_path, capsys, monkeypatch):
+    """An address of another machine (TEST-NET-1): said before the server starts, not in its log."""
+    monkeypatch.setattr("uvicorn.run", lambda *a, **kw: pytest.fail("the dashboard started"))
+    assert main(["dashboard", "--host", "192.0.2.1", "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("term-fl: error: --host 192.0.2.1 --port 8050: cannot listen there (Cannot assign")
+
+
+@pytest.mark.parametrize("args", [
+    lambda p: ["run", "--set", "data.synthetic.num_devices=1000000"],
+    lambda p: ["sweep", str(_write(p / "s.toml", TEN_BILLION_CELLS))],
+], ids=["a-million-devices", "ten-billion-cells"])
+def test_sizes_are_refused_within_a_second_before_anything_is_made(args, tmp_path, capsys):
+    """Estimated, not expanded or generated: the answer comes at once (it used to hang)."""
+    argv = [*args(tmp_path), "--db", str(tmp_path / "r.db"), "--out", str(tmp_path / "out")]
+    start = time.perf_counter()
+    code = main(argv)
+    elapsed = time.perf_counter() - start
+    assert code == 2 and "GB" in capsys.readouterr().err if argv[0] == "run" else code == 2
+    assert elapsed < 1.0, f"{elapsed:.2f} s"
+    assert not (tmp_path / "out").exists()
+
+
+def test_max_cells_lets_a_larger_grid_run(tmp_path, capsys):
+    scenario = _write(tmp_path / "s.toml", '[sweep]\n"run.seed" = [0, 1]\n"strategy.term.t" = [1.0, 2.0]\n')
+    base = ["sweep", str(scenario), *SMALL_ARGS, "--set", "run.rounds=1", "--db", str(tmp_path / "r.db"),
+            "--out", str(tmp_path / "out")]
+    assert main([*base, "--max-cells", "3"]) == 2
+    assert "the [sweep] grid has 4 cells (2 values of run.seed x 2 values of strategy.term.t)" in capsys.readouterr().err
+    assert main([*base, "--max-cells", "4"]) == 0
 
 
 def test_reused_out_leaves_the_first_runs_files_as_they_were(tmp_path, capsys):

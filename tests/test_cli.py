@@ -230,20 +230,22 @@ def test_a_crash_between_the_store_row_and_summary_json_does_not_redo_the_cell(t
 
 
 def test_the_store_row_is_finished_before_summary_json_is_written(tmp_path, monkeypatch):
-    """Write order: a reader that sees summary.json always finds the store row finished too."""
-    import term_fl.runs.run as runs_module
-
+    """Write order (README, "Results store"): model.pt, summary.json's text under a temporary name, the store row,
+    then summary.json: a reader that sees summary.json always finds the store row finished too."""
     seen = {}
+    finish_run = ResultsStore.finish_run
 
-    def spy(run_dir, summary):
-        seen["row"] = ResultsStore.open_readonly(tmp_path / "r.db").get_run(summary["run_id"]).status
-        return write_summary(run_dir, summary)
+    def spy(store, run_id, status="finished", summary=None, error=None):
+        out = tmp_path / "o"
+        seen.update(files=sorted(p.name for p in out.iterdir()), status=status)
+        return finish_run(store, run_id, status, summary, error)
 
-    write_summary = runs_module.write_summary
-    monkeypatch.setattr(runs_module, "write_summary", spy)
+    monkeypatch.setattr(ResultsStore, "finish_run", spy)
     assert main(["run", "--engine", "inprocess", *SMALL_ARGS, "--out", str(tmp_path / "o"),
                  "--db", str(tmp_path / "r.db")]) == 0
-    assert seen["row"] == "finished"
+    assert seen == {"status": "finished", "files": [".summary.json.tmp", ".term-fl.lock", "checkpoint.npz",
+                                                    "config.json", "model.pt"]}
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["config.json", "model.pt", "summary.json"]
 
 
 def test_sweep_cells_have_readable_names_and_old_folders_resume(tmp_path, capsys):
@@ -309,7 +311,7 @@ def test_a_run_that_started_and_failed_exits_1_with_a_message(tmp_path, capsys, 
     import term_fl.engines as engines
     from term_fl.federation.loop import FederationError
 
-    def failing(scenario, recorder, on_round=None):
+    def failing(scenario, recorder, on_round=None, resume=None):
         raise FederationError("every round failed (1 of 1)")
 
     monkeypatch.setattr("term_fl.runs.run.run_scenario", failing)
@@ -347,7 +349,7 @@ def test_runs_as_table_json_and_csv_with_filters_and_full_ids(tmp_path, capsys):
     assert main(["runs", "--db", str(db), "--limit", "0"]) == 0
     assert "6 runs" in capsys.readouterr().out
     assert main(["runs", "--db", str(db), "--limit", "-1"]) == 2
-    assert "--limit must be 0 (all runs) or more" in capsys.readouterr().err
+    assert "--limit -1: allowed 0 (all runs) to 9223372036854775807" in capsys.readouterr().err
 
 
 def test_runs_table_shows_the_newest_50_and_json_every_run(tmp_path, capsys, monkeypatch):

@@ -424,3 +424,17 @@ def report_csv(path: Path, table: str) -> str:
     from test_dashboard import report_data
 
     return report_data(path.read_text())["csv"][table]
+
+
+def test_the_content_security_policy_is_in_force_and_the_pages_still_draw(browser, server):
+    """Every other test draws its page under the policy with no console error; here, a script that got into a
+    page (as an injected run name would) does not run, and the browser says why."""
+    browser.get_log("browser")
+    browser.get(f"{server.url}/runs/fedavg-1")
+    wait_for_charts(browser, ["chart-accuracy"])
+    ran = browser.execute_script(
+        "const s = document.createElement('script'); s.textContent = 'window.injected = true';"
+        "document.body.appendChild(s); return window.injected === true;")
+    assert ran is False
+    refused = [e["message"] for e in browser.get_log("browser") if "Content Security Policy" in e["message"]]
+    assert refused and "script-src 'self'" in refused[0]

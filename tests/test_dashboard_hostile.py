@@ -101,6 +101,13 @@ HOST_CASES = [
     ("0.0.0.0", ["dashboard", "a.example, B.example"], "b.example:8050", True),
     ("0.0.0.0", ["dashboard", ""], "dashboard:8050", True),
     ("0.0.0.0", ["dashboard", ""], "a.example", False),
+    # a strict parse: exactly one host and an optional port (issue 22)
+    ("127.0.0.1", [], "127.0.0.1:8050@evil.example", False),
+    ("127.0.0.1", [], "localhost:8050, evil.example", False),
+    ("127.0.0.1", [], "localhost:8050/evil.example", False),
+    ("127.0.0.1", [], "[::1", False),
+    ("0.0.0.0", [], "10.0.0.5:8050:80", False),
+    ("0.0.0.0", [], "[::1]:8050", True),
 ]
 
 
@@ -114,8 +121,59 @@ def test_only_the_bound_and_allowed_host_names_are_answered(odd_store, bound, ex
         assert response.status_code == 400 and "--allowed-host" in response.text
 
 
-def test_host_of_strips_the_port():
+def test_host_of_strips_the_port_and_refuses_what_is_not_one_host():
     assert [host_of(h) for h in ("a.b:80", "[::1]:8050", "X.org.", "1.2.3.4")] == ["a.b", "::1", "x.org", "1.2.3.4"]
+    assert [host_of(h) for h in ("a@b", "a, b", "a b", "a:1:2", "[x]:80", "", "a/b")] == [None] * 7
+
+
+HEADER_CASES = [
+    # (what, path, status): pages, API, CSV, static files, errors, refusals
+    ("runs page", "/", 200), ("run page", "/runs/plain", 200), ("API", "/api/runs", 200),
+    ("CSV", "/api/runs.csv", 200), ("OpenAPI", "/openapi.json", 200), ("script", "/static/common.js", 200),
+    ("plotly", "/vendor/plotly.min.js", 200), ("unknown run", "/api/runs/nope", 404),
+    ("unknown page", "/nowhere", 404), ("invalid query", "/api/runs?limit=0", 422),
+]
+
+
+@pytest.mark.parametrize(("path", "status"), [c[1:] for c in HEADER_CASES], ids=[c[0] for c in HEADER_CASES])
+def test_every_answer_carries_the_security_headers(odd_store, path, status):
+    from term_fl.dashboard.headers import CONTENT_SECURITY_POLICY
+
+    names, any_ip = allowed_host_names("127.0.0.1")
+    with TestClient(create_app(odd_store, allowed_hosts=names, any_ip_host=any_ip)) as client:
+        answered, refused = (client.get(path, headers={"Host": host}) for host in ("127.0.0.1:8050", "evil.example"))
+        assert (answered.status_code, refused.status_code) == (status, 400)  # the Host guard's refusal too
+        for response in (answered, refused):
+            assert response.headers["Content-Security-Policy"] == CONTENT_SECURITY_POLICY
+            assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+def test_the_policy_runs_no_inline_script_and_the_pages_have_none(odd_store):
+    """script-src 'self': the pages' scripts are files; their data blocks are JSON, which a policy never runs."""
+    import re
+
+    from term_fl.dashboard.headers import CONTENT_SECURITY_POLICY
+
+    assert "script-src 'self';" in CONTENT_SECURITY_POLICY and "unsafe" not in CONTENT_SECURITY_POLICY.split(
+        "style-src")[0]
+    with TestClient(create_app(odd_store)) as client:
+        for path in ("/", "/runs/plain", "/compare?runs=plain"):
+            page = client.get(path).text
+            scripts = re.findall(r"<script([^>]*)>(.*?)</script>", page, re.S)
+            assert all('src="/' in attrs or 'type="application/json"' in attrs for attrs, _ in scripts), path
+            assert not re.search(r"\son[a-z]+=", page), f"an inline event handler in {path}"
+
+
+@pytest.mark.parametrize(("path", "status"), [
+    ("/api/runs/plain/devices/" + "9" * 25, 404),  # a 25-digit device id: beyond SQLite's integers
+    ("/api/runs/plain/devices/-1", 404),
+    ("/api/runs/plain/devices?round=" + "9" * 25, 404),
+    ("/api/runs?offset=" + "9" * 25, 422),
+    ("/?page=" + "9" * 25, 422),
+], ids=["device-id-25-digits", "device-id-negative", "round-25-digits", "offset-25-digits", "page-25-digits"])
+def test_numbers_beyond_the_stores_integers_are_not_found_not_a_server_error(odd_store, path, status):
+    with TestClient(create_app(odd_store), raise_server_exceptions=False) as client:
+        assert client.get(path).status_code == status
 
 
 @pytest.mark.parametrize(("host", "asks"), [("0.0.0.0", True), ("192.168.1.10", True), ("127.0.0.1", False),

@@ -226,3 +226,43 @@ def test_forked_clientapps_store_the_numbers_of_a_fresh_process_per_message(loca
     assert forked_model.keys() == fresh_model.keys()
     for key, tensor in forked_model.items():
         assert tensor.equal(fresh_model[key]), key
+
+
+def test_compose_stop_interrupts_the_run_and_every_service_stops_within_its_grace_period(local):
+    """`docker compose stop`, as processes: SIGTERM to the SuperNodes and the submitter (the services that depend
+    on the SuperLink), then to the SuperLink; compose's `init` hands it to the service's process alone. Each must
+    exit within its stop_grace_period (SuperNodes 5 s, the others compose's 10 s), or compose kills it. A container
+    ends with its process: what that process left (the SuperLink's SuperExec and ServerApp) is then killed
+    (here: every process the topology started). The ServerApp's run must by then be recorded as interrupted, not
+    left running (to be called lost a minute later)."""
+    import yaml
+
+    needs_flower()
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
+    grace = {"supernode": float(compose["services"]["fairness-supernode-0"]["stop_grace_period"].rstrip("s")),
+             "other": 10.0}
+    topo = local("stop", NUM_NODES)
+    topo.up()
+    cli = topo.submit(f"run.clients_per_round={CLIENTS_PER_ROUND} run.round_timeout={round_timeout_s()} "
+                      "run.node_timeout=90 data.max_samples=200 client.device=cpu", rounds=50)
+    db = topo.results / "results.db"
+    deadline = time.monotonic() + RUN_DEADLINE_S
+    while not rows(db, "SELECT round FROM rounds WHERE round = 1"):
+        if cli.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"round 1 never recorded (flwr run exit {cli.poll()}):\n{topo.tails()}")
+        time.sleep(0.5)
+    took = {}
+    services = [*((f"supernode-{p}", n, grace["supernode"]) for p, n in topo.supernodes.items()),
+                ("flwr-run", cli, grace["other"]), *(("superlink", link, grace["other"]) for link in topo.superlinks)]
+    for name, proc, limit in services:
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"{name} did not stop within {limit:g} s of SIGTERM:\n{topo.tails()}")
+        took[name] = round(time.monotonic() - sent, 1)
+    topo.stop_all()  # the superlink container is gone, and with it what its process left
+    runs = rows(db, "SELECT status, error FROM runs")
+    assert len(runs) == 1 and runs[0][0] == "interrupted", f"{runs} {took}\n{topo.tails()}"
+    print(f"\ncompose stop, as processes: seconds from SIGTERM to exit {took}; the run: {runs[0]}")

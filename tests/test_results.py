@@ -603,3 +603,43 @@ def test_a_store_that_stays_busy_says_busy(tmp_path, monkeypatch):
         assert "not a term-fl results database" not in str(err.value)
     finally:
         reader.close()
+
+
+def test_a_write_that_waits_for_another_writer_says_so(tmp_path, caplog, monkeypatch):
+    """A round waits while another connection holds the write lock: within seconds the wait is said, not silent
+    for up to a minute, and the round is written once the lock is free."""
+    import sqlite3 as _sqlite3
+    import threading
+
+    import term_fl.results.schema as results_module
+
+    monkeypatch.setattr(results_module, "BUSY_POLL_S", 0.2)
+    path = tmp_path / "busy.db"
+    with ResultsStore(path) as store:
+        run_id = make_run(store)
+        other = _sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")  # another writer (WAL: readers never block a writer)
+        threading.Timer(1.0, lambda: other.execute("COMMIT")).start()
+        with caplog.at_level("WARNING", logger="term_fl"):
+            store.record_round(run_id, 1)
+        assert store.get_run(run_id).rounds_completed == 1
+    assert f"waiting for the results database {path}" in caplog.text
+    other.close()
+
+
+def test_the_busy_store_warning_reaches_the_terminal(tmp_path, capsys, monkeypatch):
+    """Every command prints term-fl's own warnings on stderr (the dashboard and `term-fl runs` had no handler)."""
+    import threading
+
+    import term_fl.results.schema as results_module
+    from term_fl.cli.commands import main
+
+    monkeypatch.setattr(results_module, "BUSY_POLL_S", 0.2)
+    path = tmp_path / "busy.db"
+    ResultsStore(path).close()
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")  # a writer mid-commit in rollback-journal mode: readers wait
+    threading.Timer(1.0, lambda: holder.execute("COMMIT")).start()
+    assert main(["runs", "--db", str(path)]) == 0
+    assert f"term-fl: warning: waiting for the results database {path}" in capsys.readouterr().err
+    holder.close()

@@ -5,19 +5,26 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
+import signal
+import socket
 import sqlite3
 import sys
 import traceback
 from pathlib import Path
 
+from term_fl.cli.signals import exit_status, stop_signals_interrupt
 from term_fl.data.errors import DataError
-from term_fl.common.errors import ConfigError, EngineStartError
+from term_fl.common.errors import ConfigError, EngineStartError, Interrupted
 from term_fl.common.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
 RUNS_TABLE_LIMIT = 50  # `term-fl runs` shows the newest 50 in its table, like the dashboard's runs page
+MAX_SWEEP_CELLS = 10_000  # `term-fl sweep --max-cells`: a grid larger than this is refused before it is expanded
+MAX_COUNT = 2**63 - 1  # the largest count SQLite (and so --limit) takes
+PORTS = range(1, 65536)
 
 
 def default_db() -> Path:
@@ -38,7 +45,7 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
                         "in-process engine only; auto, the default: compiled for the linear models in-process)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
-    p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")
+    p.add_argument("--out", help="output directory (default: a new folder under ./runs/)")
     p.add_argument("--db", type=Path, help=f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show Flower's and Ray's logs (and the traceback of an error)")
@@ -55,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--no-reference", action="store_true",
                      help="run the scenario alone, without the reference strategies of run.reference "
                           "(the default scenario's FedAvg run on the same seed)")
+    run.add_argument("--resume", metavar="RUN_ID",
+                     help="go on with a run that was interrupted, lost or failed, from its last checkpoint "
+                          "(run.checkpoint_every), with its own settings, folder and engine; only --db and -v go "
+                          "with it")
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
                            parents=[common])
     _add_scenario_args(sweep, config_required=False)
@@ -69,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     dash.add_argument("--host", default="127.0.0.1",
                       help="address to bind (default 127.0.0.1: this machine only, no token); any other address asks "
                            "for an access token, made at start and printed, or taken from $TERM_FL_DASHBOARD_TOKEN")
-    dash.add_argument("--port", type=int, default=8050)
+    dash.add_argument("--port", type=int, default=8050, help="port to listen on, 1..65535 (default 8050)")
     dash.add_argument("--access-log", action="store_true", help="log every HTTP request (off by default)")
     dash.add_argument("--allowed-host", dest="allowed_hosts", action="append", default=[], metavar="NAME",
                       help="also answer requests for this host name (repeatable, or comma-separated); by default only the bound "
@@ -88,6 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                       help="table (default), json (a list of runs as the dashboard's /api/runs gives them) or csv")
     runs.add_argument("--limit", type=int,
                       help=f"the newest N runs; 0 = all (default: {RUNS_TABLE_LIMIT} for the table, all for json and csv)")
+    sweep.add_argument("--max-cells", type=int, default=MAX_SWEEP_CELLS, metavar="N",
+                       help=f"refuse a [sweep] grid of more than N cells, counted before any is expanded "
+                            f"(default {MAX_SWEEP_CELLS:,})")
     return parser
 
 
@@ -116,14 +130,26 @@ def store_path(args: argparse.Namespace) -> Path:
     db = (args.db or default_db()).expanduser().resolve()
     if db.is_dir():
         raise ConfigError(f"--db {db}: is a directory; give the path of a results database file, e.g. {db / 'results.db'}")
+    if db.exists() and not db.is_file():  # /dev/null, a pipe: SQLite would wait for a lock that never comes
+        raise ConfigError(f"--db {db}: is not a regular file ({_file_kind(db)}); give the path of a results database "
+                          "file, e.g. runs/results.db")
     return db
+
+
+def _file_kind(path: Path) -> str:
+    kinds = ((Path.is_char_device, "a character device"), (Path.is_block_device, "a block device"),
+             (Path.is_fifo, "a named pipe"), (Path.is_socket, "a socket"))
+    return next((word for test, word in kinds if test(path)), "not a file")
 
 
 def output_dir(args: argparse.Namespace) -> Path | None:
     """--out, checked to be a directory or a path where one can be made."""
     if args.out is None:
         return None
-    out = args.out.expanduser().resolve()
+    if not args.out.strip():
+        raise ConfigError("--out '': empty; give a directory for the run's files (or leave --out out: a new folder "
+                          "under ./runs/)")
+    out = Path(args.out).expanduser().resolve()
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out}: is a file, not a directory; give a directory for the run's files")
     return out
@@ -140,6 +166,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.runs.run import run_one
     from term_fl.strategies.registry import STRATEGIES
 
+    if args.resume is not None:
+        from term_fl.cli.resume import cmd_resume
+
+        return cmd_resume(args)
     scenario = load_scenario(args.config, resolve_overrides(args))
     if args.no_reference:
         scenario = with_overrides(scenario, {"run.reference": []})
@@ -168,9 +198,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     with RoundProgress(console, run.run.rounds, label) as progress:
                         recorders.append(run_one(run, store, out_dir=run_out, on_round=progress))
             except FederationError as exc:  # the run started and failed: it is recorded as failed
-                print(f"term-fl: the {label or 'run'} failed: {exc}\n  its completed rounds are in {db} "
-                      f"(term-fl runs --db {db})", file=sys.stderr)
-                return 1
+                return run_failed(label or "run", exc, db)
     summaries = [r.summary or {} for r in recorders]
     if references:
         console.print(reference_table(scenario, summaries[0], summaries[1:]))
@@ -181,6 +209,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         console.print(f"run {summary.get('run_id')} ({summary.get('strategy', {}).get('name')}) "
                       f"{summary.get('status')}: {recorder.run_dir}  (store: {db})")
     return 0 if all(s.get("status") == "finished" for s in summaries) else 1
+
+
+def run_failed(what: str, exc: Exception, db: Path) -> int:
+    """One line on stderr for a run that started and failed (recorded as failed); exit status 1."""
+    print(f"term-fl: the {what} failed: {exc}; its completed rounds are in {db} (term-fl runs --db {db})",
+          file=sys.stderr)
+    return 1
 
 
 def _beside(out: Path | None, suffix: str) -> Path | None:
@@ -209,7 +244,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.group_size < 1:
         raise ConfigError(f"--group-size must be a positive number of cells, got {args.group_size}")
     return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console,
-                     group_size=args.group_size)
+                     group_size=args.group_size, max_cells=args.max_cells)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -217,8 +252,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from term_fl.dashboard import queries
     from term_fl.results import ResultsStore
 
-    if args.limit is not None and args.limit < 0:
-        raise ConfigError(f"--limit must be 0 (all runs) or more, got {args.limit}")
+    if args.limit is not None and not 0 <= args.limit <= MAX_COUNT:
+        raise ConfigError(f"--limit {args.limit}: allowed 0 (all runs) to {MAX_COUNT}")
     limit = args.limit if args.limit is not None else (RUNS_TABLE_LIMIT if args.format == "table" else 0)
     db = store_path(args)
     with ResultsStore.open_readonly(db) as store:
@@ -266,6 +301,7 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     from term_fl.dashboard.access import TOKEN_ENV, token_for
 
     db = store_path(args)
+    check_listen_address(args.host, args.port)
     given = os.environ.get(TOKEN_ENV, "").strip() or None
     try:
         token = token_for(args.host, given)
@@ -283,6 +319,19 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
     serve(db, host=args.host, port=args.port, access_log=args.access_log, allowed_hosts=args.allowed_hosts,
           token=token)
     return 0
+
+
+def check_listen_address(host: str, port: int) -> None:
+    """A ConfigError naming --port or --host when the dashboard could not listen there (before it starts; whether
+    the address is free is checked by :func:`term_fl.dashboard.serve`)."""
+    if port not in PORTS:
+        raise ConfigError(f"--port {port}: allowed {PORTS.start}..{PORTS.stop - 1}")
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ConfigError(f"--host {host}: cannot be resolved ({reason}); give an address of this machine, "
+                          "e.g. 127.0.0.1 (the default) or 0.0.0.0 (every interface)") from None
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -325,17 +374,33 @@ def describe_error(exc: BaseException) -> str:
     return str(exc)
 
 
+class StderrWarnings(logging.Handler):
+    """term-fl's own warnings (a busy results store ...) as ``term-fl: warning: ...`` on the stderr of the moment.
+
+    Every command starts with it; ``run`` and ``sweep`` route their logs
+    through their console instead (:func:`term_fl.cli.console.route_logs`).
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:  # noqa: D102
+        print(f"term-fl: {record.levelname.lower()}: {record.getMessage()}", file=sys.stderr, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.getLogger("term_fl").handlers[:] = [StderrWarnings()]
     if args.command in ("run", "sweep"):
         _quiet_environment()
     try:
-        if args.command in EXTRAS_NEEDED:
-            extra, modules = EXTRAS_NEEDED[args.command]
-            require(extra, *modules, purpose=f"term-fl {args.command}")
-        code = COMMANDS[args.command](args)
-        sys.stdout.flush()  # here, so that a reader gone away is seen below and not at the interpreter's exit
-        return code
+        with stop_signals_interrupt():  # SIGTERM and SIGHUP stop a run as Ctrl-C does
+            if args.command in EXTRAS_NEEDED:
+                extra, modules = EXTRAS_NEEDED[args.command]
+                require(extra, *modules, purpose=f"term-fl {args.command}")
+            code = COMMANDS[args.command](args)
+            sys.stdout.flush()  # here, so that a reader gone away is seen below and not at the interpreter's exit
+            return code
     except USAGE_ERRORS as exc:
         if isinstance(exc, BrokenPipeError) and args.command in PIPED_COMMANDS:
             return _reader_gone()
@@ -343,12 +408,14 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"term-fl: error: {describe_error(exc)}", file=sys.stderr)
         return USAGE_EXIT
-    except KeyboardInterrupt:
-        print("term-fl: interrupted; completed rounds are in the results store", file=sys.stderr)
-        return INTERRUPTED_EXIT
+    except KeyboardInterrupt as exc:
+        by = f" by {signal.Signals(exc.signum).name}" if isinstance(exc, Interrupted) else ""
+        print(f"term-fl: interrupted{by}; completed rounds are in the results store", file=sys.stderr)
+        return exit_status(exc)
 
 
-INTERRUPTED_EXIT = 130
+INTERRUPTED_EXIT = 128 + signal.SIGINT  # Ctrl-C
+INTERRUPTED_STATUSES = frozenset(128 + s for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP))  # 130, 143, 129
 PIPED_COMMANDS = ("runs",)  # their output is read by other programs (`term-fl runs --format csv | head`)
 BROKEN_PIPE_EXIT = 141  # 128 + SIGPIPE, what a shell reports for a Unix tool whose reader went away
 
@@ -366,7 +433,7 @@ def _reader_gone() -> int:
 
 
 def entry() -> None:
-    """The ``term-fl`` command: :func:`main`, and after Ctrl-C an exit that waits for no thread.
+    """The ``term-fl`` command: :func:`main`, and after Ctrl-C, SIGTERM or SIGHUP an exit that waits for no thread.
 
     Flower's Simulation Engine leaves non-daemon worker threads that can
     block in ``ray.get()`` once Ray is shut down; a normal interpreter exit
@@ -376,7 +443,7 @@ def entry() -> None:
     the run's watchdog (:mod:`term_fl.engines.watchdog`).
     """
     code = main()
-    if code == INTERRUPTED_EXIT:
+    if code in INTERRUPTED_STATUSES:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

@@ -44,7 +44,9 @@ from term_fl.cli.sweep_groups import CellJob, plan_groups, run_cell_group
 from term_fl.engines import engine_session
 from term_fl.maths.fairness import STATISTICS, fairness_summary, statistic
 from term_fl.strategies.registry import STRATEGIES
+from term_fl.common.csvcells import csv_cell
 from term_fl.common.keys import SUMMARY_NAMES, VAL
+from term_fl.common.locks import FolderInUse, FolderLock, holder_of
 from term_fl.results import ResultsStore
 from term_fl.runs.run import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
 
@@ -121,6 +123,10 @@ def set_aside_earlier_attempt(cell_dir: Path, store: ResultsStore | None = None)
     present = [name for name in RUN_FILES if (cell_dir / name).exists()]
     if not present:
         return None
+    holder = holder_of(cell_dir)
+    if holder is not None:
+        raise FolderInUse(f"the sweep's cell folder {cell_dir} is in use by another term-fl process: "
+                          f"{holder.describe()}; wait until it ends")
     owner = str(run_id_in(cell_dir) or "")
     base = cell_dir / "earlier" / (re.sub(r"[^A-Za-z0-9._=+-]", "-", owner) or "unknown")
     dest, n = base, 1
@@ -143,19 +149,32 @@ def run_sweep(
     engine: str | None = "inprocess",
     console: Console | None = None,
     group_size: int = 1,
+    max_cells: int | None = None,
 ) -> int:
     """Run (or resume) every cell, then write and print the comparison. Returns an exit code.
 
     ``group_size`` > 1 runs up to that many unfinished cells that can share
     one batched computation side by side (:func:`term_fl.cli.sweep_groups.plan_groups`);
-    the others, and every cell with 1, run one by one.
+    the others, and every cell with 1, run one by one. The output folder is
+    locked while the sweep runs (:class:`FolderInUse` names the process that
+    holds it); a grid of more than ``max_cells`` cells is refused before any
+    is made.
     """
     console = console or make_console()
     if engine is not None:
         scenario = with_overrides(scenario, {"run.engine": engine})
     out_dir = (Path(out_dir) if out_dir else DEFAULT_RUNS_DIR / f"sweep-{scenario.name}").resolve()
+    cells = sweep_cells(scenario, max_cells=max_cells)
     out_dir.mkdir(parents=True, exist_ok=True)
-    cells = sweep_cells(scenario)
+    with FolderLock(out_dir, f"the sweep folder {out_dir}"):
+        return _run_cells(scenario, cells, db=db, out_dir=out_dir, console=console, group_size=group_size)
+
+
+def _run_cells(
+    scenario: Scenario, cells: list[tuple[dict[str, Any], Scenario]], *, db: Path, out_dir: Path, console: Console,
+    group_size: int = 1,
+) -> int:
+    """Run the cells that have not finished into ``out_dir``, then write and print the comparison."""
     console.print(
         f"[bold]term-fl sweep[/] {scenario.name}: {len(cells)} cells on engine {scenario.run.engine} "
         f"(executor {executor_of(scenario)}) -> {out_dir}"
@@ -368,7 +387,7 @@ def write_comparison(
     with (out_dir / "comparison.csv").open("w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
-        writer.writerows(flat)
+        writer.writerows({key: csv_cell(value) for key, value in row.items()} for row in flat)
 
 
 def _pm(row: dict[str, Any], key: str) -> str:

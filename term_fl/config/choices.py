@@ -34,7 +34,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from pydantic import BaseModel, Field, create_model, field_validator, model_validator
 
 from term_fl.common.settings import HASHED_WHEN_SET, NOT_HASHED
-from term_fl.data.registry import DATASETS
+from term_fl.data.registry import DATASETS, DEFAULT_SIZE_LIMIT_GB
 from term_fl.learning.registry import MODELS
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 
@@ -131,6 +131,11 @@ class _StrategyShared(COMMON_SETTINGS, ChoiceTable):  # type: ignore[misc, valid
     """The settings every strategy takes (the defences against hostile clients)."""
 
 
+MAX_NOISE_SCALE = 1e6
+"""The largest ``data.noise_scale``: features of a few units scaled by it stay far inside float32's range
+(3.4e38), and so do the losses and gradients of a model trained on them."""
+
+
 class _DataShared(ChoiceTable):
     """The settings every dataset shares: the data seed, the per-device splits, the injected noise."""
 
@@ -142,7 +147,9 @@ class _DataShared(ChoiceTable):
     noise: Literal["none", "random_labels", "flip_labels", "scale_features"] = "none"
     noisy_devices: list[int] = Field(default_factory=list)
     num_noisy: int = Field(0, ge=0)
-    noise_scale: float = Field(10.0, gt=0.0)
+    noise_scale: float = Field(
+        10.0, gt=0.0, le=MAX_NOISE_SCALE, allow_inf_nan=False,
+        description="factor of the noisy devices' features (noise = scale_features)")
     # added in 0.3: hashed only away from 0, so earlier hashes stay valid
     min_test_samples: Annotated[int, HASHED_WHEN_SET] = Field(
         0, ge=0, le=1_000_000,
@@ -150,6 +157,10 @@ class _DataShared(ChoiceTable):
                     "keeps one), so that a small device's test accuracy, and the worst 10%, are not one or two "
                     "predictions; 0: the split fractions alone",
     )
+    size_limit_gb: Annotated[float, NOT_HASHED] = Field(
+        DEFAULT_SIZE_LIMIT_GB, gt=0.0, le=1e6, allow_inf_nan=False,
+        description="refuse data whose samples are estimated to take more memory than this many GB (synthetic "
+                    "data: from num_devices and max_samples), before anything is generated")
 
     @model_validator(mode="after")
     def _fractions_sum_to_one(self) -> _DataShared:

@@ -92,8 +92,8 @@ def validate_scenario(raw: Mapping[str, Any], *, source: str = "scenario") -> Sc
     try:
         scenario = Scenario.model_validate(dict(raw))
     except ValidationError as exc:
-        lines = "\n  ".join(_describe_error(e) for e in exc.errors())
-        raise ConfigError(f"invalid {source}:\n  {lines}") from None
+        problems = "; ".join(_describe_error(e) for e in exc.errors())
+        raise ConfigError(f"invalid {source}: {problems}") from None
     _check_sweep_keys(scenario.sweep, source=source)
     return scenario
 

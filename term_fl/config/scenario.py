@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from term_fl.common.errors import ConfigError
 from term_fl.common.settings import NOT_HASHED
-from term_fl.data.registry import DATASETS
+from term_fl.data.registry import DATASETS, check_data_size
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
 
 from .choices import DataConfig, ModelConfig, StrategyConfig
@@ -52,6 +52,12 @@ class Scenario(Table):
         known = DATASETS[self.data.name].known_devices
         if known is not None and self.run.clients_per_round > known(self.data.settings):
             raise ValueError(clients_per_round_message(self.run.clients_per_round, known(self.data.settings)))
+        return self
+
+    @model_validator(mode="after")
+    def _data_fits_the_limit(self) -> Scenario:
+        # Estimated from the settings, before any sample is generated (a sweep refuses before its first cell).
+        check_data_size(DATASETS[self.data.name], self.data.settings, self.data.size_limit_gb)
         return self
 
     @property

@@ -6,12 +6,15 @@ import itertools
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from term_fl.common.errors import ConfigError
+
 from .choices import ChoiceTable
 from .hashing import config_hash
 from .loading import SWEEP_CELLS_KEY, check_chosen_settings, set_dotted, validate_scenario
 from .scenario import Scenario
 
-__all__ = ["BASELINE", "baseline_hash", "reference_scenario", "reference_scenarios", "sweep_cells", "with_overrides"]
+__all__ = ["BASELINE", "baseline_hash", "grid_size", "reference_scenario", "reference_scenarios", "sweep_cells",
+           "with_overrides"]
 
 
 def with_overrides(scenario: Scenario, overrides: Mapping[str, Any], *, lenient: Collection[str] = ()) -> Scenario:
@@ -29,7 +32,30 @@ def with_overrides(scenario: Scenario, overrides: Mapping[str, Any], *, lenient:
     return cell
 
 
-def sweep_cells(scenario: Scenario) -> list[tuple[dict[str, Any], Scenario]]:
+def grid_size(sweep: Mapping[str, Any]) -> int:
+    """How many cells a ``[sweep]`` table expands to at most (before cells that coincide are merged): the
+    product of its lists' lengths, times the number of ``cells`` variants. Counted, not expanded."""
+    size = len(sweep.get(SWEEP_CELLS_KEY, [{}]))
+    for key, values in sweep.items():
+        if key != SWEEP_CELLS_KEY:
+            size *= len(values)
+    return size
+
+
+def _check_grid_size(sweep: Mapping[str, Any], max_cells: int) -> None:
+    size = grid_size(sweep)
+    if size <= max_cells:
+        return
+    factors = [f"{len(v):,} values of {k}" for k, v in sweep.items() if k != SWEEP_CELLS_KEY]
+    if SWEEP_CELLS_KEY in sweep:
+        factors.append(f"{len(sweep[SWEEP_CELLS_KEY]):,} variants in sweep.cells")
+    raise ConfigError(
+        f"the [sweep] grid has {size:,} cells ({' x '.join(factors)}); at most {max_cells:,} run in one sweep: "
+        "sweep fewer values, or raise the limit with --max-cells N"
+    )
+
+
+def sweep_cells(scenario: Scenario, *, max_cells: int | None = None) -> list[tuple[dict[str, Any], Scenario]]:
     """Expand the ``[sweep]`` table into runs: one (overrides, scenario) per cell, in a stable order.
 
     Every key but ``cells`` maps a dotted key to a list of values, and the
@@ -39,10 +65,14 @@ def sweep_cells(scenario: Scenario) -> list[tuple[dict[str, Any], Scenario]]:
     that product. A grid key applies to the strategies (datasets, models)
     that have it; a variant's flat key must be a setting of the variant's
     strategy. Cells whose resolved settings coincide (e.g. FedAvg at
-    different values of the TERM parameter t) run once.
+    different values of the TERM parameter t) run once. A grid of more than
+    ``max_cells`` cells (:func:`grid_size`) is a :class:`ConfigError` that
+    names its size, before any cell is made.
     """
     if not scenario.sweep:
         return [({}, scenario)]
+    if max_cells is not None:
+        _check_grid_size(scenario.sweep, max_cells)
     variants = scenario.sweep.get(SWEEP_CELLS_KEY, [{}])
     keys = [k for k in scenario.sweep if k != SWEEP_CELLS_KEY]
     cells: list[tuple[dict[str, Any], Scenario]] = []

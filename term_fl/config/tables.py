@@ -46,6 +46,8 @@ class Table(BaseModel):
 
 
 StrategyName = Literal[tuple(STRATEGIES)]  # type: ignore[valid-type]
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+"""The longest node or round timeout (a week): a finite number of seconds, as every client must read it."""
 
 
 class RunConfig(Table):
@@ -84,9 +86,16 @@ class RunConfig(Table):
         3, ge=1, description="stop with an error after this many consecutive rounds without a valid reply"
     )
     node_timeout: Annotated[float, NOT_HASHED] = Field(
-        120.0, gt=0, description="seconds to wait for all expected nodes to connect")
+        120.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+        description="seconds to wait for all expected nodes to connect (at most a week)")
     round_timeout: Annotated[float, NOT_HASHED] = Field(
-        600.0, gt=0, description="seconds to wait for the replies of one round")
+        600.0, gt=0, le=MAX_TIMEOUT_S, allow_inf_nan=False,
+        description="seconds to wait for the replies of one round (at most a week)")
+    checkpoint_every: Annotated[int, NOT_HASHED] = Field(
+        1, ge=1, le=100_000,
+        description="keep the global model and the strategy's state in the run folder every N rounds (and after "
+                    "the last), for `term-fl run --resume RUN_ID`; a resumed run repeats at most N - 1 rounds",
+    )
     name: Annotated[str, NOT_HASHED] = Field(
         "", description="run name shown in tables and the dashboard ('' = scenario name)")
     reference: Annotated[list[StrategyName], NOT_HASHED] = Field(  # type: ignore[valid-type]

@@ -45,7 +45,7 @@ def serve(
     log_level: str = "info",
     access_log: bool = False,
 ) -> None:
-    """Serve the dashboard of the store ``db`` at http://host:port/ until interrupted (Ctrl-C).
+    """Serve the dashboard of the store ``db`` at http://host:port/ until interrupted (Ctrl-C, SIGTERM).
 
     Binds to the loopback interface by default. ``token``: the access token
     every request must carry (:mod:`term_fl.dashboard.access`; ``term-fl
@@ -63,4 +63,21 @@ def serve(
 
     names, any_ip = allowed_host_names(host, allowed_hosts)
     app = create_app(db, allowed_hosts=names, any_ip_host=any_ip, token=token)
+    check_free(host, port)
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)
+
+
+def check_free(host: str, port: int) -> None:
+    """A ConfigError naming the address when the server could not listen there (in use, not this machine's)."""
+    import socket
+
+    from term_fl.common.errors import ConfigError
+
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn sets it
+            probe.bind(address)
+    except OSError as exc:
+        raise ConfigError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc}); give "
+                          "another --port, or an address of this machine") from None

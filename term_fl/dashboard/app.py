@@ -26,6 +26,7 @@ from starlette.exceptions import HTTPException
 
 from term_fl.dashboard import compare_view, queries
 from term_fl.dashboard.access import TokenGuard
+from term_fl.dashboard.headers import SecurityHeaders
 from term_fl.dashboard.hosts import HostGuard
 from term_fl.dashboard.render import PLOTLY_JS, STATIC_DIR, file_stem, path_segment, render, script_json
 from term_fl.results import RUN_STATUSES, ResultsStore, RunNotFound, StoreError
@@ -87,6 +88,7 @@ def create_app(
         app.add_middleware(TokenGuard, token=token)
     if allowed_hosts is not None:  # added last: the Host check comes first
         app.add_middleware(HostGuard, names=allowed_hosts, any_ip=any_ip_host)
+    app.add_middleware(SecurityHeaders)  # outermost: the Host guard's refusals carry the headers too
     return app
 
 
@@ -108,6 +110,7 @@ Store = Annotated[ResultsStore, Depends(open_store)]
 RunsFilter = dict[str, Any]
 PAGE_SIZE = 50
 MAX_LIMIT = 1000
+MAX_OFFSET = 2**63 - 1 - MAX_LIMIT  # SQLite's integers are 64-bit
 
 
 def runs_filter(
@@ -137,7 +140,7 @@ def _api_router() -> APIRouter:
         response: Response,
         filters: Filters,
         limit: Annotated[int, Query(ge=1, le=MAX_LIMIT, description="Runs per page")] = PAGE_SIZE,
-        offset: Annotated[int, Query(ge=0, description="Runs to skip (newest first)")] = 0,
+        offset: Annotated[int, Query(ge=0, le=MAX_OFFSET, description="Runs to skip (newest first)")] = 0,
     ) -> list[dict[str, Any]]:
         """Each run with its strategy parameters (t, q, tau, lam), progress, and the
         statistics of its last round per split (`final.test`, `final.val`). The header
@@ -279,7 +282,9 @@ def _page_router(db: Path) -> APIRouter:
     pages = APIRouter(include_in_schema=False, default_response_class=HTMLResponse)
 
     @pages.get("/")
-    def runs_page(store: Store, filters: Filters, page: Annotated[int, Query(ge=1)] = 1) -> str:
+    def runs_page(
+        store: Store, filters: Filters, page: Annotated[int, Query(ge=1, le=MAX_OFFSET // PAGE_SIZE)] = 1
+    ) -> str:
         total = store.count_runs(**filters)
         runs = queries.list_runs(store, **filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE)
         options = {key: store.run_values(key) for key in ("scenario", "strategy")} | {"status": list(RUN_STATUSES)}

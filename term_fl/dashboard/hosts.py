@@ -14,6 +14,7 @@ any IP literal is accepted too.
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
 
@@ -44,13 +45,20 @@ def allowed_host_names(bind_host: str, extra: Iterable[str] = ()) -> tuple[froze
     return frozenset(names), wildcard
 
 
-def host_of(header: str) -> str:
-    """The name in a ``Host:`` header, without its port (``[::1]:8050`` -> ``::1``)."""
-    header = header.strip().lower()
-    if header.startswith("["):
-        return header[1:header.find("]")] if "]" in header else header
-    name, _, _ = header.partition(":")
-    return name.rstrip(".")
+_HOST_HEADER = re.compile(r"(?:\[(?P<ipv6>[0-9a-f:.]+)\]|(?P<name>[a-z0-9._-]+))(?::[0-9]{1,5})?")
+"""One host and an optional port: ``name[:port]`` or ``[IPv6][:port]`` (RFC 9110's Host: no user
+information, no list, no other character)."""
+
+
+def host_of(header: str) -> str | None:
+    """The name in a ``Host:`` header, without its port (``[::1]:8050`` -> ``::1``); None for anything that is not
+    exactly one host and an optional port (``127.0.0.1:8050@evil.example``, ``localhost:8050, evil.example``)."""
+    match = _HOST_HEADER.fullmatch(header.strip().lower())
+    if match is None:
+        return None
+    if match["ipv6"] is not None:
+        return match["ipv6"] if _is_ip(match["ipv6"]) else None
+    return match["name"].rstrip(".")
 
 
 def _is_ip(name: str) -> bool:
@@ -71,7 +79,7 @@ class HostGuard:
 
     def allows(self, header: str) -> bool:
         name = host_of(header)
-        return name in self.names or (self.any_ip and _is_ip(name))
+        return name is not None and (name in self.names or (self.any_ip and _is_ip(name)))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] in ("http", "websocket"):

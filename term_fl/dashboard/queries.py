@@ -23,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from term_fl.maths.fairness import flagged, statistics_table
+from term_fl.maths.fairness import STATISTICS, flagged, statistics_table
+from term_fl.common.csvcells import csv_cell, csv_row
 from term_fl.common.jsonable import plain
 from term_fl.common.keys import EVAL_SPLITS, SUMMARY_NAMES
 from term_fl.results import DAMAGED, ResultsStore, RunInfo, schema
@@ -68,6 +69,10 @@ CURVE_PANELS = [
 def statistics() -> list[dict[str, Any]]:
     """Every statistic (key, label, group, direction, headline, description ...), as term_fl.maths.fairness lists them."""
     return statistics_table()
+
+
+MAX_ID = 2**63 - 1
+"""The largest device id or round the store can hold (SQLite's integers are 64-bit)."""
 
 
 class NotFound(LookupError):
@@ -261,6 +266,8 @@ def weights_matrix(store: ResultsStore, run_id: str) -> dict[str, Any]:
 def device_history(store: ResultsStore, run_id: str, partition_id: int) -> dict[str, Any]:
     """One device over the rounds: accuracy, loss and samples per split, and its training rows
     (sampled, F_k, loss after training, tilted weight, training samples)."""
+    if not 0 <= partition_id <= MAX_ID:  # beyond SQLite's 64-bit integers: no such device
+        raise NotFound(f"run {run_id!r} has no device {partition_id}")
     history = store.load_device_history(run_id, partition_id)
     if not any(len(columns["round"]) for columns in (*history["eval"].values(), history["train"])):
         raise NotFound(f"run {run_id!r} has no rows of device {partition_id}")
@@ -299,19 +306,19 @@ def _history(run_id: str, pid: int, evals: Mapping[str, Mapping[str, Any]], trai
 
 
 def to_csv(header: Sequence[str], rows: Iterable[Sequence[Any]], *, finite: bool = False) -> str:
-    """CSV text (RFC 4180, ``\\r\\n`` line ends) of ``rows``; None, NaN and ±inf are empty fields.
+    """CSV text (RFC 4180, ``\\r\\n`` line ends) of ``rows``; None, NaN and ±inf are empty fields, and text that
+    a spreadsheet would run as a formula is escaped (:func:`term_fl.common.csvcells.csv_cell`).
 
-    ``finite=True`` says the rows hold no NaN or ±inf already (plain JSON values): they are written as
-    they are, without a look at every value.
+    ``finite=True`` says the rows hold no NaN or ±inf already (plain JSON values): only text is looked at.
     """
     out = io.StringIO()
     writer = csv.writer(out)
     writer.writerow(header)
     if finite:
-        writer.writerows(rows)  # the csv module writes None as an empty field
+        writer.writerows(csv_row(row) for row in rows)  # the csv module writes None as an empty field
     else:
-        writer.writerows(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else v for v in row]
-                         for row in rows)  # fmt: skip
+        writer.writerows(["" if v is None or (isinstance(v, float) and not math.isfinite(v)) else csv_cell(v)
+                          for v in row] for row in rows)  # fmt: skip
     return out.getvalue()
 
 

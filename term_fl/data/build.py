@@ -9,7 +9,7 @@ from term_fl.common.seeding import NOISE_TAG, SPLIT_TAG, check_seed, device_rng
 from term_fl.common.settings import SettingsModel
 
 from .noise import check_noise, corrupt_device, noise_metadata, select_noisy_devices
-from .registry import DatasetSpec, dataset_spec
+from .registry import DEFAULT_SIZE_LIMIT_GB, DatasetSpec, check_data_size, dataset_spec
 from .splits import check_fractions, split_indices, split_sizes
 from .types import DeviceData, FederatedDataset
 
@@ -25,6 +25,7 @@ def build_dataset(
     num_noisy: int = 0,
     noise_scale: float = 10.0,
     min_test_samples: int = 0,
+    size_limit_gb: float = DEFAULT_SIZE_LIMIT_GB,
     **settings: Any,
 ) -> FederatedDataset:
     """Build a federated dataset whose devices are generated or split lazily, on first access.
@@ -60,6 +61,9 @@ def build_dataset(
         from train, then validation (:func:`term_fl.data.splits.split_sizes`).
     noise_scale : float, default 10.0
         Feature factor of "scale_features".
+    size_limit_gb : float, default 4.0
+        Refuse (ValueError) data estimated to take more memory, before
+        anything is generated (:func:`term_fl.data.registry.check_data_size`).
     **settings
         The dataset's own settings, the fields of its settings model
         (:class:`~term_fl.data.synthetic.SyntheticSettings`: ``num_devices``,
@@ -81,6 +85,7 @@ def build_dataset(
     spec = dataset_spec(name)
     seed = check_seed(seed)
     values = dataset_settings(spec, settings)
+    check_data_size(spec, values, size_limit_gb)
     fractions = check_fractions(train_fraction, val_fraction, test_fraction)
     check_noise(noise, noise_scale)
 

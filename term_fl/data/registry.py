@@ -19,11 +19,11 @@ from typing import Any
 
 from term_fl.common.settings import SettingsModel
 
-from .synthetic import SyntheticSettings, synthetic_source
+from .synthetic import SyntheticSettings, estimated_bytes, synthetic_source
 from .types import DeviceSource
 from .vehicle import VehicleSettings, check_vehicle_file, vehicle_source
 
-__all__ = ["DATASETS", "DatasetSpec", "dataset_spec"]
+__all__ = ["DATASETS", "DEFAULT_SIZE_LIMIT_GB", "DatasetSpec", "check_data_size", "dataset_spec"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,11 @@ class DatasetSpec:
     known_devices : callable or None
         ``known_devices(settings) -> int``: the number of devices when the
         settings alone give it (a file's count is known once it is read).
+    estimated_bytes : callable or None
+        ``estimated_bytes(settings) -> float``: about how much memory the
+        samples take, from the settings alone, for data that the settings
+        can make arbitrarily large (the scenario refuses more than
+        ``data.size_limit_gb`` before anything is generated).
     """
 
     name: str
@@ -57,6 +62,7 @@ class DatasetSpec:
     source: Callable[[Any, int], DeviceSource]
     check: Callable[[Any], None] | None = None
     known_devices: Callable[[Any], int] | None = None
+    estimated_bytes: Callable[[Any], float] | None = None
 
     def describe(self, settings: SettingsModel) -> str:
         """The label with the settings filled in: ``Synthetic(1, 1)``."""
@@ -67,10 +73,35 @@ DATASETS: dict[str, DatasetSpec] = {
     spec.name: spec
     for spec in (
         DatasetSpec("synthetic", "Synthetic({alpha:g}, {beta:g})", SyntheticSettings, synthetic_source,
-                    known_devices=operator.attrgetter("num_devices")),
+                    known_devices=operator.attrgetter("num_devices"), estimated_bytes=estimated_bytes),
         DatasetSpec("vehicle", "vehicle sensors (SensIT)", VehicleSettings, vehicle_source, check=check_vehicle_file),
     )
 }
+
+
+DEFAULT_SIZE_LIMIT_GB = 4.0
+"""The default of ``data.size_limit_gb``: data estimated to take more memory is refused before it is made."""
+
+
+def check_data_size(spec: DatasetSpec, settings: SettingsModel, limit_gb: float) -> None:
+    """A ValueError naming the settings and the estimate when the data would take more than ``limit_gb`` GB.
+
+    Estimated from the settings alone (:attr:`DatasetSpec.estimated_bytes`),
+    before anything is generated: it answers at once, however large the
+    settings ask the data to be.
+    """
+    if spec.estimated_bytes is None:
+        return
+    size = spec.estimated_bytes(settings)
+    if size <= limit_gb * 1e9:
+        return
+    given = ", ".join(f"data.{spec.name}.{key} = {value}" for key, value in settings.model_dump().items()
+                      if key in ("num_devices", "samples_per_device", "max_samples") and value is not None)
+    raise ValueError(
+        f"{given or 'data.' + spec.name}: the data would take about {size / 1e9:,.1f} GB of memory (estimated "
+        f"before anything is generated); the limit is data.size_limit_gb = {limit_gb:g}: use fewer devices or "
+        "smaller ones, or raise data.size_limit_gb if this machine has the memory"
+    )
 
 
 def dataset_spec(name: str) -> DatasetSpec:

@@ -77,6 +77,10 @@ SIZE_OFFSET = 50
 
 _FEATURE_STD = np.arange(1, NUM_FEATURES + 1, dtype=np.float64) ** -0.6
 """sqrt(Sigma_jj) = sqrt(j^-1.2)."""
+SIZE_MU, SIZE_SIGMA = 4.0, 2.0
+"""The lognormal of the device sizes (mean and standard deviation of its logarithm)."""
+BYTES_PER_SAMPLE = NUM_FEATURES * 4 + 8
+"""A sample in memory: 60 float32 features and an int64 label."""
 
 
 @dataclass(frozen=True)
@@ -153,7 +157,7 @@ class SyntheticGenerator:
         if self.samples_per_device is not None:
             sizes = np.full(self.num_devices, self.samples_per_device, dtype=np.int64)
         else:
-            draws = dataset_rng(self.seed, SIZES_TAG).lognormal(4.0, 2.0, size=self.num_devices)
+            draws = dataset_rng(self.seed, SIZES_TAG).lognormal(SIZE_MU, SIZE_SIGMA, size=self.num_devices)
             sizes = draws.astype(np.int64) + SIZE_OFFSET
             if self.max_samples is not None:
                 sizes = np.minimum(sizes, self.max_samples)
@@ -233,6 +237,32 @@ class SyntheticSettings(SettingsModel):
     samples_per_device: Annotated[int | None, HASHED_WHEN_SET] = Field(None, ge=MIN_DEVICE_SAMPLES, le=1_000_000,
                                            description="every device's size (None: floor(lognormal(4, 2)) + 50, "
                                                        "capped at max_samples)")
+
+
+def expected_device_size(max_samples: int | None) -> float:
+    """The mean size of a device, ``floor(L) + 50`` capped at ``max_samples`` with L ~ lognormal(4, 2).
+
+    From the lognormal's closed form, E[min(L, k)] = exp(mu + sigma^2 / 2)
+    Phi((ln k - mu - sigma^2) / sigma) + k (1 - Phi((ln k - mu) / sigma)) with
+    k = max_samples - 50 (the floor is left out: within one sample of the
+    mean); without a cap, exp(mu + sigma^2 / 2) + 50.
+    """
+    mean = math.exp(SIZE_MU + SIZE_SIGMA**2 / 2)
+    if max_samples is None:
+        return mean + SIZE_OFFSET
+    k = max_samples - SIZE_OFFSET
+    if k <= 0:
+        return float(max_samples)
+    phi = lambda z: 0.5 * math.erfc(-z / math.sqrt(2))  # noqa: E731  the standard normal's CDF
+    z = (math.log(k) - SIZE_MU) / SIZE_SIGMA
+    return SIZE_OFFSET + mean * phi(z - SIZE_SIGMA) + k * (1 - phi(z))
+
+
+def estimated_bytes(settings: SyntheticSettings) -> float:
+    """About how many bytes the dataset's samples take in memory, from its settings alone (nothing generated)."""
+    per_device = (settings.samples_per_device if settings.samples_per_device is not None
+                  else expected_device_size(settings.max_samples))
+    return settings.num_devices * per_device * BYTES_PER_SAMPLE
 
 
 def synthetic_source(settings: SyntheticSettings, seed: int) -> DeviceSource:

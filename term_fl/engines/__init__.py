@@ -18,7 +18,7 @@ from term_fl.common.errors import EngineStartError
 if TYPE_CHECKING:
     from term_fl.clientapp.cache import ClientCache
     from term_fl.engines.cohort_executor import CohortExecutor
-    from term_fl.federation.loop import FederationResult, Recorder, RoundRecord
+    from term_fl.federation.loop import Checkpoint, FederationResult, Recorder, RoundRecord
 
 __all__ = ["ENGINES", "EngineStartError", "batch_executor", "check_machine", "engine_session", "run_scenario"]
 
@@ -73,8 +73,12 @@ def run_scenario(
     recorder: Recorder | None = None,
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
+    resume: Checkpoint | None = None,
 ) -> FederationResult:
     """Run one scenario on the engine ``scenario.run.engine`` names (and, in-process, ``run.executor``).
+
+    ``resume``: go on after a checkpoint of the scenario's run
+    (:func:`term_fl.federation.loop.run_federation`).
 
     Reads the settings of :mod:`term_fl.flower_internals` from the environment
     again (``TERM_FL_FLOWER_INTERNALS``, ``TERM_FL_FLOWER_PATCHES``): they hold
@@ -103,7 +107,7 @@ def run_scenario(
         cache = ClientCache()  # the run's own client caches, shared with its cohort executor
         executor = batch_executor(executor_of(scenario), cache)
         with InProcessGrid(make_client_app(cache), num_nodes, executor=executor) as grid:
-            return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset)
+            return run_federation(grid, scenario, recorder, on_round=on_round, dataset=dataset, resume=resume)
     from term_fl.engines.flower import run_flower_simulation
 
-    return run_flower_simulation(scenario, num_nodes, recorder, on_round=on_round)
+    return run_flower_simulation(scenario, num_nodes, recorder, on_round=on_round, resume=resume)

@@ -29,9 +29,11 @@ what happens when Flower removes it.
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import threading
@@ -48,7 +50,8 @@ from term_fl.common.extras import require
 from term_fl.config import Scenario
 from term_fl.engines.stoppable import Stop, StoppableGrid
 from term_fl.engines.watchdog import orphan_guard
-from term_fl.federation.loop import FederationError, FederationResult, Recorder, RoundRecord, run_federation
+from term_fl.federation.loop import (Checkpoint, FederationError, FederationResult, Recorder, RoundRecord,
+                                    run_federation)
 from term_fl.flower_internals.actors import ActorReuse, reusing_client_actors
 from term_fl.flower_internals.dispatcher import linear_dispatcher
 from term_fl.flower_internals.identity import preserved_identity
@@ -56,7 +59,7 @@ from term_fl.flower_internals.node_table import simulation_node_table
 
 __all__ = [
     "EngineError", "Stop", "StoppableGrid", "actors_reused", "backend_config", "client_resources", "ray_session",
-    "run_flower_simulation", "shutdown_ray", "start_ray", "without_run_simulation_notice",
+    "run_flower_simulation", "shutdown_ray", "sigterm_handler_kept", "start_ray", "without_run_simulation_notice",
 ]
 
 log = logging.getLogger("term_fl")
@@ -156,7 +159,9 @@ def start_ray(scenario: Scenario, temp_dir: str) -> None:
         # The arguments Flower's RayBackend.init_ray would use (ray_session restores PYTHONPATH at its end).
         pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
         os.environ["PYTHONPATH"] = pythonpath
-        ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}}, **backend_config(scenario, temp_dir)["init_args"])
+        with sigterm_handler_kept():
+            ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
+                     **backend_config(scenario, temp_dir)["init_args"])
         cluster = ray.cluster_resources()
     except Exception as exc:
         raise EngineStartError(f"Ray could not start: {_reason(exc)}. Try --engine inprocess.") from exc
@@ -167,6 +172,25 @@ def start_ray(scenario: Scenario, temp_dir: str) -> None:
             f"{resources['num_gpus']:g} GPUs (resources.num_cpus, resources.num_gpus), and Ray has "
             f"{cpus:g} CPUs and {gpus:g} GPUs here. Lower them, or try --engine inprocess."
         )
+
+
+@contextmanager
+def sigterm_handler_kept() -> Iterator[None]:
+    """The process's SIGTERM handler as it was before the block (``ray.init`` sets one that calls ``sys.exit``).
+
+    With Ray's handler a SIGTERM raised ``SystemExit`` in the middle of Flower's
+    engine, which ended in Ray's crash dump (exit 134) and a run left
+    ``running``; the command line's handler (:mod:`term_fl.cli.signals`) stops
+    the run as Ctrl-C does. Off the main thread Ray sets none and nothing changes.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
 
 
 def make_ray_temp_dir() -> str:
@@ -307,17 +331,18 @@ def run_flower_simulation(
     recorder: Recorder | None = None,
     *,
     on_round: Callable[[RoundRecord, int], None] | None = None,
+    resume: Checkpoint | None = None,
 ) -> FederationResult:
     """Run a scenario in Flower's Simulation Engine and return the server loop's result.
 
     Inside a :func:`ray_session` it uses the session's Ray and actors; else it
     opens one for this run. Raises :class:`EngineStartError` when Ray cannot
     start (nothing recorded), :class:`EngineError` when the engine stops
-    during the run (recorded as failed).
+    during the run (recorded as failed). ``resume``: go on after a checkpoint.
     """
     require("sim", "ray", purpose=RAY_PURPOSE)
     with ray_session(scenario):
-        return _simulate(scenario, num_nodes, recorder, on_round)
+        return _simulate(scenario, num_nodes, recorder, on_round, resume)
 
 
 def _simulate(
@@ -325,6 +350,7 @@ def _simulate(
     num_nodes: int,
     recorder: Recorder | None,
     on_round: Callable[[RoundRecord, int], None] | None,
+    resume: Checkpoint | None = None,
 ) -> FederationResult:
     try:
         from flwr.simulation import run_simulation
@@ -345,7 +371,8 @@ def _simulate(
         def main(grid: Grid, context: Context) -> None:
             try:
                 outcome["result"] = run_federation(
-                    StoppableGrid(grid, stop), scenario, recorder, on_round=on_round, node_partitions=node_table
+                    StoppableGrid(grid, stop), scenario, recorder, on_round=on_round, node_partitions=node_table,
+                    resume=resume,
                 )
             except BaseException as exc:  # re-raised in the caller's thread below
                 outcome["error"] = exc
@@ -361,10 +388,10 @@ def _simulate(
                     num_supernodes=num_nodes,
                     backend_config=backend_config(scenario, _session["temp_dir"]),
                 )
-        except KeyboardInterrupt:
-            # Ctrl-C reaches this (main) thread; the server loop runs in Flower's
-            # ServerApp thread: stop it and let it record the run as interrupted.
-            stop.set()
+        except KeyboardInterrupt as interrupt:
+            # Ctrl-C (or SIGTERM, SIGHUP) reaches this (main) thread; the server loop runs in Flower's
+            # ServerApp thread: stop it with the same interruption and let it record the run as interrupted.
+            stop.set(copy.copy(interrupt))
             server_done.wait(STOP_GRACE_S)
             raise
         except Exception as exc:

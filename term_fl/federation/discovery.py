@@ -112,6 +112,17 @@ def _wait_for_nodes(
     return node_ids
 
 
+def _wait_for_any_node(grid: Grid, timeout: float, poll_s: float) -> set[int]:
+    """The connected nodes once there is one; FederationError after ``timeout`` s without any."""
+    log.warning("no node is connected any more: waiting up to %g s (run.node_timeout) for nodes to come back", timeout)
+    deadline = time.monotonic() + timeout
+    while not (online := set(grid.get_node_ids())):
+        if time.monotonic() > deadline:
+            raise FederationError(f"no node connected for {timeout:g} s (run.node_timeout): every SuperNode is gone")
+        time.sleep(poll_s)
+    return online
+
+
 def _ask_nodes(grid: Grid, node_ids: list[int], expected: int, deadline: float, poll_s: float) -> dict[int, int]:
     """Ask the nodes for their partition, the ones whose query failed again (``QUERY_TRIES`` in all)."""
     mapping: dict[int, int] = {}
@@ -169,7 +180,10 @@ def query_partitions(grid: Grid, node_ids: Sequence[int], expected: int, timeout
     return answers
 
 
-def rejoin_nodes(grid: Grid, node_partitions: dict[int, int], expected: int, timeout: float) -> dict[int, int]:
+def rejoin_nodes(
+    grid: Grid, node_partitions: dict[int, int], expected: int, timeout: float, *, wait_s: float | None = None,
+    poll_s: float = 0.2,
+) -> dict[int, int]:
     """Map nodes that connected after discovery: a restarted SuperNode takes its partition back.
 
     A SuperNode that crashed and was started again (compose: ``restart:
@@ -181,8 +195,17 @@ def rejoin_nodes(grid: Grid, node_partitions: dict[int, int], expected: int, tim
     that node is still connected, the newcomer is ignored with a warning).
     Engines whose nodes never change pay one ``get_node_ids()`` per round,
     and get ``node_partitions`` itself back.
+
+    With ``wait_s``, a federation left without any connected node waits up
+    to that long for nodes to come back (a :class:`FederationError` after
+    it): every SuperNode gone at once is a deployment that restarts them, or
+    that stops (``docker compose stop`` ends the SuperNodes before the
+    SuperLink, whose ServerApp is then interrupted), not a run whose rounds
+    fail one after the other for want of nodes.
     """
     online = set(grid.get_node_ids())
+    if not online and wait_s is not None:
+        online = _wait_for_any_node(grid, wait_s, poll_s)
     newcomers = sorted(online - set(node_partitions))
     if not newcomers:
         return node_partitions

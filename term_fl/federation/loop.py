@@ -23,10 +23,11 @@ from flwr.app import ArrayRecord, ConfigRecord
 from flwr.serverapp import Grid
 
 from term_fl.common.keys import SCENARIO
-from term_fl.config import Scenario, check_fits_dataset
+from term_fl.config import RunConfig, Scenario, check_fits_dataset
 from term_fl.data import FederatedDataset, dataset_for
 from term_fl.federation.discovery import QUERY_TRIES, NodePartitions, discover_nodes, rejoin_nodes
-from term_fl.federation.records import RISK_ALPHA, FederationError, FederationResult, Recorder, RoundRecord
+from term_fl.federation.records import (RISK_ALPHA, Checkpoint, FederationError, FederationResult, Recorder,
+                                        RoundRecord)
 from term_fl.federation.rounds import (
     NOT_EVALUATED,
     RoundSteps,
@@ -44,12 +45,14 @@ from term_fl.strategies.registry import COMMON_SETTINGS
 __all__ = [
     "QUERY_TRIES",
     "RISK_ALPHA",
+    "Checkpoint",
     "FederationError",
     "FederationResult",
     "NodePartitions",
     "Recorder",
     "RoundRecord",
     "build_scenario_strategy",
+    "checkpoints",
     "discover_nodes",
     "evaluates",
     "federation_steps",
@@ -91,6 +94,7 @@ def run_federation(
     dataset: FederatedDataset | None = None,
     node_partitions: NodePartitions | None = None,
     node_settle_s: float | None = None,
+    resume: Checkpoint | None = None,
 ) -> FederationResult:
     """Run the scenario's rounds on ``grid`` and report every round to ``recorder``.
 
@@ -100,14 +104,18 @@ def run_federation(
     engine's own table of which node holds which partition, when it has one
     (:func:`discover_nodes`); else every node is asked. ``node_settle_s``:
     :func:`discover_nodes`'s ``settle_s``, for grids whose nodes all register
-    at once.
+    at once. ``resume``: a checkpoint of this scenario's run (its last
+    completed round); the rounds after it run, with its model and strategy
+    state, and give the numbers of an uninterrupted run.
 
-    The recorder hears ``start`` before discovery and ``finish`` at the end:
-    ``finished``, ``interrupted`` (Ctrl-C, re-raised) or ``failed`` (any
-    other exception, re-raised) with the error's type and message.
+    The recorder hears ``start`` before discovery, ``checkpoint`` after every
+    ``run.checkpoint_every``-th recorded round and the last, and ``finish``
+    at the end: ``finished``, ``interrupted`` (Ctrl-C, SIGTERM, SIGHUP, a
+    ``SystemExit`` such as Flower's on a deployment's SIGTERM; re-raised) or
+    ``failed`` (any other exception, re-raised) with the error's type and message.
     """
     return drive(federation_steps(grid, scenario, recorder, on_round=on_round, dataset=dataset,
-                                  node_partitions=node_partitions, node_settle_s=node_settle_s))
+                                  node_partitions=node_partitions, node_settle_s=node_settle_s, resume=resume))
 
 
 def federation_steps(
@@ -119,6 +127,7 @@ def federation_steps(
     dataset: FederatedDataset | None = None,
     node_partitions: NodePartitions | None = None,
     node_settle_s: float | None = None,
+    resume: Checkpoint | None = None,
 ) -> RoundSteps[FederationResult]:
     """:func:`run_federation` as steps: every exchange of its rounds is yielded, its replies sent back.
 
@@ -134,15 +143,28 @@ def federation_steps(
     recorder.start(scenario, dataset.metadata)
     result: FederationResult | None = None
     try:
-        result = yield from _rounds(grid, scenario, dataset, recorder, on_round, node_partitions, node_settle_s)
-    except KeyboardInterrupt:
-        recorder.finish("interrupted", result, "interrupted by the user")
+        result = yield from _rounds(grid, scenario, dataset, recorder, on_round, node_partitions, node_settle_s,
+                                    resume)
+    except (KeyboardInterrupt, SystemExit) as exc:
+        recorder.finish("interrupted", result, interruption(exc))
         raise
     except BaseException as exc:
         recorder.finish("failed", result, f"{type(exc).__name__}: {exc}")
         raise
     recorder.finish("finished", result)
     return result
+
+
+def interruption(exc: BaseException) -> str:
+    """What the store records as the reason of an interrupted run."""
+    if isinstance(exc, SystemExit):
+        return f"the process was asked to exit (SystemExit {exc.code})"
+    return str(exc) or "interrupted by the user"
+
+
+def checkpoints(server_round: int, rounds: int, every: int) -> bool:
+    """Whether the run keeps a checkpoint after a round: every ``every``-th round, and always the last."""
+    return server_round == rounds or server_round % every == 0
 
 
 def _rounds(
@@ -153,8 +175,10 @@ def _rounds(
     on_round: Callable[[RoundRecord, int], None] | None,
     known_partitions: NodePartitions | None = None,
     node_settle_s: float | None = None,
+    resume: Checkpoint | None = None,
 ) -> RoundSteps[FederationResult]:
-    """Discover the nodes, build the strategy, and run ``run.rounds`` rounds, each recorded as it ends.
+    """Discover the nodes, build the strategy, and run ``run.rounds`` rounds (those after ``resume``), each
+    recorded as it ends.
 
     Raises :class:`FederationError` after ``run.max_failed_rounds``
     consecutive rounds without a valid training reply, and at the end when
@@ -176,13 +200,16 @@ def _rounds(
     arrays = initial_arrays(scenario, dataset)
     config = ConfigRecord({SCENARIO: scenario.to_json()})
 
-    failed_in_a_row = ok_rounds = 0
+    failed_in_a_row = ok_rounds = done = 0
+    if resume is not None:  # go on after the checkpoint's round, from its model and strategy state
+        arrays, strategy.state, done = resume.arrays, resume.strategy_state, resume.server_round
+        ok_rounds, failed_in_a_row = resume.ok_rounds, resume.failed_in_a_row
     last: RoundRecord | None = None
-    for server_round in range(1, run.rounds + 1):
+    for server_round in range(done + 1, run.rounds + 1):
         start = time.perf_counter()
         # A SuperNode that restarted under a new node id takes its partition back
         if server_round > 1:
-            node_partitions = _rejoin(grid, strategy, node_partitions, num_devices, run.round_timeout)
+            node_partitions = _rejoin(grid, strategy, node_partitions, num_devices, run)
         # Train and aggregate; without a valid reply the round fails and the model stays
         trained = yield from train_steps(grid, strategy, server_round, arrays, config, node_partitions,
                                          run.round_timeout)
@@ -197,9 +224,12 @@ def _rounds(
         evaluated = NOT_EVALUATED
         if evaluates(server_round, run.rounds, run.evaluate_every):
             evaluated = yield from evaluate_steps(grid, strategy, server_round, arrays, config, run.round_timeout)
-        # Record the round, then stop after run.max_failed_rounds failed rounds in a row
+        # Record the round (and, every run.checkpoint_every rounds, where the run stands), then stop after
+        # run.max_failed_rounds failed rounds in a row
         last = round_record(server_round, trained, evaluated, time.perf_counter() - start)
         recorder.record_round(last)
+        if checkpoints(server_round, run.rounds, run.checkpoint_every):
+            recorder.checkpoint(Checkpoint(server_round, arrays, strategy.state, ok_rounds, failed_in_a_row))
         if on_round is not None:
             on_round(last, run.rounds)
         if failed_in_a_row >= run.max_failed_rounds:
@@ -207,7 +237,7 @@ def _rounds(
                 f"{failed_in_a_row} consecutive rounds without a valid training reply "
                 f"(run.max_failed_rounds = {run.max_failed_rounds}); last round {server_round}"
             )
-    completed = last.server_round if last is not None else 0
+    completed = last.server_round if last is not None else done
     if ok_rounds == 0:  # fewer rounds than run.max_failed_rounds, every one failed: nothing was learned
         raise FederationError(
             f"every round failed ({completed} of {completed}): no valid training reply was aggregated; "
@@ -216,11 +246,11 @@ def _rounds(
     return FederationResult(arrays, completed, last, node_partitions, discovery_s)
 
 
-def _rejoin(
-    grid: Grid, strategy: FedAvg, node_partitions: dict[int, int], expected: int, timeout: float
-) -> dict[int, int]:
-    """:func:`rejoin_nodes`, and the strategy told when the node table changed."""
-    rejoined = rejoin_nodes(grid, node_partitions, expected, timeout)
+def _rejoin(grid: Grid, strategy: FedAvg, node_partitions: dict[int, int], expected: int, run: RunConfig
+            ) -> dict[int, int]:
+    """:func:`rejoin_nodes` (waiting up to ``run.node_timeout`` while no node is connected), and the strategy told
+    when the node table changed."""
+    rejoined = rejoin_nodes(grid, node_partitions, expected, run.round_timeout, wait_s=run.node_timeout)
     if rejoined is not node_partitions:
         strategy.set_node_partitions(rejoined, strategy.partition_sizes)
     return rejoined

@@ -27,6 +27,7 @@ from term_fl.strategies import EvaluationReport, TrainReport
 
 __all__ = [
     "RISK_ALPHA",
+    "Checkpoint",
     "FederationError",
     "FederationResult",
     "Recorder",
@@ -73,6 +74,24 @@ class FederationResult:
     discovery_s: float
 
 
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where a run stands after a round: what the server loop needs to go on from there.
+
+    Sampling and local training draw from (seed, round, partition) generators,
+    so the global model, the strategy's state (``strategy.state``: TERM's
+    running estimate, AFL's mixture weights) and the loop's counters of
+    failed rounds are all a resumed run needs to give the numbers of an
+    uninterrupted one.
+    """
+
+    server_round: int  # the last round completed (and recorded)
+    arrays: ArrayRecord  # the global model after it
+    strategy_state: Any
+    ok_rounds: int  # rounds with a valid training reply so far
+    failed_in_a_row: int  # failed rounds since the last good one
+
+
 class Recorder:
     """Receives the rounds of a run (the results store, the console, tests); this one ignores them."""
 
@@ -81,6 +100,9 @@ class Recorder:
 
     def record_round(self, record: RoundRecord) -> None:  # noqa: D102
         pass
+
+    def checkpoint(self, checkpoint: Checkpoint) -> None:
+        """Keep where the run stands after a recorded round (every ``run.checkpoint_every`` rounds and the last)."""
 
     def finish(self, status: str, result: FederationResult | None, error: str | None = None) -> None:  # noqa: D102
         pass

@@ -196,8 +196,25 @@ class ResultsStore(Writes, Reads):
         if version != start:
             log.info("results store %s: schema migrated from version %d to %d", self.path, start, version)
 
+    def writing(self) -> bool:
+        """Whether a transaction is open on this store's connection (a signal handler must not start another)."""
+        return self._conn.in_transaction
+
     def _transaction(self) -> _Transaction:
-        return _Transaction(self._conn, self._lock)
+        return _Transaction(self._conn, self._lock, self._begin)
+
+    def _begin(self) -> None:
+        """``BEGIN IMMEDIATE``, waiting (and saying so once) while another connection holds the write lock.
+
+        Each try waits schema.BUSY_POLL_S, so that a wait is said within
+        seconds (a run's round would otherwise stall in silence), up to
+        schema.BUSY_TIMEOUT_S in all (:meth:`_wait_while_busy`).
+        """
+        self._conn.execute(f"PRAGMA busy_timeout = {int(schema.BUSY_POLL_S * 1000)}")
+        try:
+            self._wait_while_busy(lambda: self._conn.execute("BEGIN IMMEDIATE"))
+        finally:
+            self._conn.execute(f"PRAGMA busy_timeout = {int(schema.BUSY_TIMEOUT_S * 1000)}")
 
     def _writable(self) -> None:
         if self.readonly:
@@ -215,15 +232,15 @@ class ResultsStore(Writes, Reads):
 
 
 class _Transaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT``, or ``ROLLBACK`` on any exception, under the store's lock."""
+    """``BEGIN IMMEDIATE`` (``begin``) ... ``COMMIT``, or ``ROLLBACK`` on any exception, under the store's lock."""
 
-    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock) -> None:
-        self._conn, self._lock = conn, lock
+    def __init__(self, conn: sqlite3.Connection, lock: threading.RLock, begin: Callable[[], None]) -> None:
+        self._conn, self._lock, self._begin = conn, lock, begin
 
     def __enter__(self) -> None:
         self._lock.acquire()
         try:
-            self._conn.execute("BEGIN IMMEDIATE")
+            self._begin()
         except BaseException:
             self._lock.release()
             raise

@@ -194,6 +194,29 @@ class Writes:
                 (status, time.time(), summary_json, error, run_id),
             )
 
+    def reopen_run(self, run_id: str, keep_rounds: int) -> None:
+        """Make a run that stopped ``running`` again, to go on after round ``keep_rounds`` (``term-fl run --resume``).
+
+        In one transaction: its rounds after ``keep_rounds`` are removed (with
+        their device rows and statistics: they run again), its end
+        (``finished_at``, ``error``, ``summary_json``) is cleared and its
+        heartbeat is now. A finished run is not reopened.
+        """
+        self._writable()
+        keep_rounds = _convert(_as_int, keep_rounds, "keep_rounds")
+        with self._transaction():
+            row = self._conn.execute("SELECT status FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise self._not_found(run_id)
+            if row[0] == "finished":
+                raise StoreError(f"run {run_id!r} finished; there is nothing to resume")
+            self._conn.execute("DELETE FROM rounds WHERE run_id = ? AND round > ?", (run_id, keep_rounds))
+            self._conn.execute(
+                "UPDATE runs SET status = 'running', finished_at = NULL, error = NULL, summary_json = NULL, "
+                "heartbeat_at = ?, rounds_completed = (SELECT count(*) FROM rounds WHERE run_id = ?) WHERE run_id = ?",
+                (time.time(), run_id, run_id),
+            )
+
     def move_run_dir(self, old: str | os.PathLike[str], new: str | os.PathLike[str]) -> int:
         """Point the runs whose ``run_dir`` is ``old`` to ``new`` (their files were moved there); how many."""
         self._writable()

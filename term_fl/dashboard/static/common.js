@@ -20,6 +20,10 @@ const TermFL = (() => {
     };
   }
   const enc = encodeURIComponent;
+  // The pages' control forms only hold selects and sliders: they are never sent (no inline handler: CSP).
+  for (const form of document.querySelectorAll("form.controls")) {
+    form.addEventListener("submit", (event) => event.preventDefault());
+  }
 
   async function getJSON(url) {
     const response = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
@@ -65,6 +69,12 @@ const TermFL = (() => {
         compare: once((query) => getJSON("/api/compare?" + new URLSearchParams(query))),
         compareCurves: (query) => getJSON("/api/compare/curves?" + new URLSearchParams(query)),
       };
+
+  // A CSV cell a spreadsheet reads as data: text starting like a formula (=, +, -, @, tab, CR) gets a
+  // leading ', numbers stay numbers (term_fl.common.csvcells.csv_cell, the same rule).
+  function csvCell(value) {
+    return typeof value === "string" && /^[=+\-@\t\r]/.test(value) ? "'" + value : value;
+  }
 
   // Download links (a[data-csv]): the server's CSV address as rendered, or in a static
   // report the CSV text inlined in the report's data (report.csv[name]) as a file.
@@ -239,6 +249,6 @@ const TermFL = (() => {
     ];
   }
 
-  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, csvLinks,
+  return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, csvLinks, csvCell,
            cellStyles, band, SPLITS, COLORS, STATISTICS };
 })();

@@ -5,7 +5,7 @@
 // ECDF of the final device accuracies. Live while runs run; stops when none does.
 // The per-round curves come from their own answer, fetched after the rest is drawn.
 (() => {
-  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
+  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, csvCell, cellStyles, band } = TermFL;
   // Run ids travel as repeated run= parameters: an id may hold a comma.
   const runIds = JSON.parse(page.dataset.runIds || "[]");
   const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
@@ -261,7 +261,7 @@
   // the columns and rows of /api/compare.csv?table=curves, of the rounds the report holds.
   function curvesCsv(answer) {
     const field = (v) => {
-      const text = v == null ? "" : String(v);
+      const text = v == null ? "" : String(csvCell(v));
       return /[",\r\n]/.test(text) ? `"${text.replace(/"/g, '""')}"` : text;
     };
     const rows = [["cell", "split", "statistic", "round", "mean", "se", "n_seeds"]];
