@@ -19,34 +19,52 @@
   // One chart per group of statistics (the template made a div for each), one curve per statistic and split.
   const charts = Array.from(document.querySelectorAll(".chart.statistics")).map((div) => {
     const members = STATISTICS.filter((s) => s.group === div.dataset.group);
+    const direction = members.length ? members[0].direction : 0; // a group's statistics share it
+    const better = direction > 0 ? "higher is better" : direction < 0 ? "lower is better" : "";
     return {
       id: div.id,
-      axis: members.length ? members[0].axis : "",
+      axis: [members.length ? members[0].axis : "", better].filter(Boolean).join(", "),
+      bounded: div.dataset.group === "accuracy", // accuracies lie in [0, 1]
       risk: div.dataset.group === "risk",
       curves: members.map((s, i) => [s.key, s.label, COLORS[i % COLORS.length]]),
     };
   });
 
+  // One curve per statistic on the test split; the validation split's curves start hidden (a click on their
+  // legend entry shows them), so that a chart shows as many curves as its group has statistics.
   function lines(series, curves) {
     const traces = [];
-    for (const split of SPLITS) {
+    for (const [i, split] of SPLITS.entries()) {
       const columns = series.splits[split.key] || {};
       for (const [key, label, color] of curves) {
         if (!columns[key]) continue;
         traces.push({
           type: "scatter", mode: "lines+markers", name: `${label} (${split.label})`, connectgaps: true,
           x: columns.round, y: columns[key], line: { color, dash: split.dash }, marker: { size: 4 },
+          visible: i === 0 ? true : "legendonly",
         });
       }
     }
     return traces;
   }
 
+  // The y range of the shown curves: Plotly's own, but a flat line (every value 0, say) gets a narrow band
+  // around its value instead of Plotly's ±1, and accuracies never leave [0, 1].
+  function yRange(traces, bounded) {
+    const ys = traces.filter((t) => t.visible === true).flatMap((t) => t.y).filter((v) => v != null && isFinite(v));
+    if (!ys.length) return {};
+    const lo = Math.min(...ys), hi = Math.max(...ys);
+    if (hi - lo > 1e-9) return {}; // Plotly's autorange fits spread data
+    const pad = bounded ? 0.05 : Math.max(Math.abs(lo) * 0.05, 0.05);
+    return { range: bounded ? [Math.max(0, lo - pad), Math.min(1.02, hi + pad)] : [lo - pad, hi + pad] };
+  }
+
   function drawRounds(series) {
     const round = { title: { text: "round" } };
     const alpha = ((series.splits.test || {}).alpha || []).find((a) => a != null);
     for (const chart of charts) {
-      plot(chart.id, lines(series, chart.curves), { xaxis: round, yaxis: { title: { text: chart.axis } } },
+      const traces = lines(series, chart.curves);
+      plot(chart.id, traces, { xaxis: round, yaxis: { title: { text: chart.axis }, ...yRange(traces, chart.bounded) } },
         { suffix: chart.risk && alpha != null ? ` at α = ${alpha}` : "" });
     }
     const rows = [];
