@@ -5,7 +5,7 @@
 // ECDF of the final device accuracies. Live while runs run; stops when none does.
 // The per-round curves come from their own answer, fetched after the rest is drawn.
 (() => {
-  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band } = TermFL;
+  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, cellStyles, band, flatRange } = TermFL;
   // Run ids travel as repeated run= parameters: an id may hold a comma.
   const runIds = JSON.parse(page.dataset.runIds || "[]");
   const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
@@ -130,8 +130,8 @@
       }
       plot(div.id, traces, {
         height: 460,
-        xaxis: { title: { text: axisTitle(x, split) }, zeroline: false },
-        yaxis: { title: { text: axisTitle(y, split) }, zeroline: false },
+        xaxis: { title: { text: axisTitle(x, split) }, zeroline: false, ...flatRange(traces.flatMap((t) => t.x)) },
+        yaxis: { title: { text: axisTitle(y, split) }, zeroline: false, ...flatRange(traces.flatMap((t) => t.y)) },
       }, { empty: "no finished cell yet" });
     });
   }
@@ -213,9 +213,10 @@
         const series = (((curves[cell.key] || {})[split] || {})[key]) || { round: [], mean: [], se: [] };
         traces.push(...band(series, styles[cell.key], cell.label, cell.key));
       }
+      const means = data.cells.flatMap((cell) => ((((curves[cell.key] || {})[split] || {})[key]) || { mean: [] }).mean);
       plot(div.id, traces, {
         height: 400, hovermode: "x unified",
-        xaxis: { title: { text: "round" } }, yaxis: { title: { text: axisTitle(stat, split) } },
+        xaxis: { title: { text: "round" } }, yaxis: { title: { text: axisTitle(stat, split) }, ...flatRange(means) },
       });
     }
   }

@@ -3,7 +3,7 @@
 // and one device over the rounds (click its bar or its heatmap row). Redrawn every few
 // seconds while the run is running; polling stops once it is finished, failed, interrupted or lost.
 (() => {
-  const { page, api, fmt, element, updateRunFields, plot, poll, csvLinks, SPLITS, COLORS, STATISTICS } = TermFL;
+  const { page, api, fmt, element, updateRunFields, plot, poll, csvLinks, flatRange, SPLITS, COLORS, STATISTICS } = TermFL;
   const runId = page.dataset.runId;
   const slider = document.getElementById("round");
   const roundValue = document.getElementById("round-value");
@@ -24,7 +24,6 @@
     return {
       id: div.id,
       axis: [members.length ? members[0].axis : "", better].filter(Boolean).join(", "),
-      bounded: div.dataset.group === "accuracy", // accuracies lie in [0, 1]
       risk: div.dataset.group === "risk",
       curves: members.map((s, i) => [s.key, s.label, COLORS[i % COLORS.length]]),
     };
@@ -48,23 +47,13 @@
     return traces;
   }
 
-  // The y range of the shown curves: Plotly's own, but a flat line (every value 0, say) gets a narrow band
-  // around its value instead of Plotly's ±1, and accuracies never leave [0, 1].
-  function yRange(traces, bounded) {
-    const ys = traces.filter((t) => t.visible === true).flatMap((t) => t.y).filter((v) => v != null && isFinite(v));
-    if (!ys.length) return {};
-    const lo = Math.min(...ys), hi = Math.max(...ys);
-    if (hi - lo > 1e-9) return {}; // Plotly's autorange fits spread data
-    const pad = bounded ? 0.05 : Math.max(Math.abs(lo) * 0.05, 0.05);
-    return { range: bounded ? [Math.max(0, lo - pad), Math.min(1.02, hi + pad)] : [lo - pad, hi + pad] };
-  }
-
   function drawRounds(series) {
     const round = { title: { text: "round" } };
     const alpha = ((series.splits.test || {}).alpha || []).find((a) => a != null);
     for (const chart of charts) {
       const traces = lines(series, chart.curves);
-      plot(chart.id, traces, { xaxis: round, yaxis: { title: { text: chart.axis }, ...yRange(traces, chart.bounded) } },
+      const shown = traces.filter((t) => t.visible === true).flatMap((t) => t.y);
+      plot(chart.id, traces, { xaxis: round, yaxis: { title: { text: chart.axis }, ...flatRange(shown) } },
         { suffix: chart.risk && alpha != null ? ` at α = ${alpha}` : "" });
     }
     const rows = [];
