@@ -129,7 +129,7 @@
         });
       }
       plot(div.id, traces, {
-        height: 460,
+        height: 460, legend: { orientation: "h", x: 0, y: -0.3, yanchor: "top" }, // below the x axis's title
         xaxis: { title: { text: axisTitle(x, split) }, zeroline: false, ...flatRange(traces.flatMap((t) => t.x)) },
         yaxis: { title: { text: axisTitle(y, split) }, zeroline: false, ...flatRange(traces.flatMap((t) => t.y)) },
       }, { empty: "no finished cell yet" });
