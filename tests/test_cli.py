@@ -12,6 +12,7 @@ import pytest
 
 from conftest import SMALL
 from term_fl.cli.commands import main
+from term_fl.maths.fairness import statistic
 from term_fl.results import ResultsStore
 
 SMALL_ARGS = [arg for item in SMALL for arg in ("--set", item)]
@@ -86,7 +87,8 @@ def test_run_with_two_references_runs_each_after_the_run_and_shows_the_differenc
         row = next(line for line in printed.splitlines() if line.lstrip("│ ").startswith(label + " "))
         cells = [cell.strip() for cell in row.strip("│ ").split("│")]
         test = [s["test"][key] for s in summaries]
-        assert cells[1:] == [f"{v:.4f}" for v in test] + [f"{test[0] - test[1]:+.4f}", f"{test[0] - test[2]:+.4f}"]
+        assert cells[1] == ("higher" if statistic(key).direction > 0 else "lower")
+        assert cells[2:] == [f"{v:.4f}" for v in test] + [f"{test[0] - test[1]:+.4f}", f"{test[0] - test[2]:+.4f}"]
 
 
 def test_no_reference_runs_the_scenario_alone(tmp_path, capsys):
@@ -142,6 +144,7 @@ def test_sweep_runs_each_distinct_cell_and_writes_the_comparison(tmp_path, capsy
     assert main(["sweep", str(sweep_file(tmp_path)), "--out", str(out), "--db", str(db)]) == 0
     printed = capsys.readouterr().out
     assert "6 cells on engine inprocess (executor compiled)" in printed  # auto, logreg; fedavg x 2 seeds + term x 2 t x 2 seeds
+    assert f"  term-fl dashboard --db {db}    (then open /compare?scenario=mini)" in printed.splitlines()
     # off a terminal (pytest captures stdout) each cell's progress is two lines: after its first and last round
     progress = re.findall(r"^\[cell (\d)/6\] .* round (\d)/2 ", printed, flags=re.M)
     assert progress == [(str(i), str(k)) for i in range(1, 7) for k in (1, 2)]
@@ -302,6 +305,7 @@ def test_dashboard_access_log_is_off_unless_asked_for(flag, expected, tmp_path, 
     calls = []
     monkeypatch.delenv("TERM_FL_DASHBOARD_TOKEN", raising=False)
     monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: calls.append(kw))
+    (tmp_path / "r.db").touch()
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--port", "8123", *flag]) == 0
     assert calls == [{"host": "127.0.0.1", "port": 8123, "access_log": expected, "allowed_hosts": [], "token": None}]
 

@@ -107,6 +107,7 @@ def test_the_cli_takes_a_given_token_from_the_environment(tmp_path, capsys, monk
     seen = {}
     monkeypatch.setattr("term_fl.dashboard.serve", lambda db, **kw: seen.update(kw))
     monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    (tmp_path / "r.db").touch()
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--host", "0.0.0.0"]) == 0
     out = capsys.readouterr().out
     assert seen["token"] == TOKEN and TOKEN not in out and f"token from ${TOKEN_ENV}" in out

@@ -250,7 +250,7 @@ def test_comparison_page_draws_every_view(page, server):
                    for row in page.find_elements(By.CSS_SELECTOR, "#differences tbody tr")]  # fmt: skip
     assert [row[:2] for row in differences] == [["qffl q=1", "fedavg"], ["term t=1", "fedavg"]]
     heads = [th.text for th in page.find_elements(By.CSS_SELECTOR, "#differences thead th")]
-    assert heads[3:] == ["Δ device mean", "Δ pooled", "Δ worst 10%", "Δ std", "ahead from round"]
+    assert heads[3:] == ["Δ device mean ↑", "Δ pooled ↑", "Δ worst 10% ↑", "Δ std ↓", "ahead from round"]
     assert "significant: p_holm < 0.05" in page.find_element(By.ID, "differences-legend").text
     legend = [t.text for t in page.find_elements(By.CSS_SELECTOR, "#chart-ecdf .legendtext")]
     assert legend == ["fedavg (46 devices)", "qffl q=1 (23 devices)", "term t=1 (46 devices)"]
@@ -270,7 +270,9 @@ def test_a_sweep_shows_its_tradeoff_choice_and_each_statistic_against_t_and_q(pa
     notices = page.find_element(By.ID, "notices").text
     assert "seed 0 ran 2 times" in notices and "a repeat, not a new sample" in notices
     legend = [t.text for t in page.find_elements(By.CSS_SELECTOR, "#chart-tradeoff-0 .legendtext")]
-    assert legend == ["FedAvg", "q-FFL", "TERM", "chosen on validation"]
+    # one legend entry per cell (labels on the points collided where cells coincide), then the ring
+    assert legend == ["fedavg", "qffl q=1", "qffl q=5", "term t=1", "term t=5", "chosen on validation"]
+    assert page.find_element(By.ID, "ring-note").is_displayed()
     sweeps = [h.text for h in page.find_elements(By.CSS_SELECTOR, "#sweeps h3")]
     assert sweeps == ["q-FFL: each statistic against q", "TERM: each statistic against t"]
     # every column of both tables, "ahead from round" (the last) included, is in view at 1400 px: no sideways scroll

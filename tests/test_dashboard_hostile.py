@@ -182,6 +182,7 @@ def test_binding_beyond_loopback_asks_for_a_printed_token(tmp_path, capsys, monk
     seen = {}
     monkeypatch.delenv("TERM_FL_DASHBOARD_TOKEN", raising=False)
     monkeypatch.setattr("term_fl.dashboard.serve", lambda db, **kw: seen.update(kw))
+    (tmp_path / "r.db").touch()
     assert main(["dashboard", "--db", str(tmp_path / "r.db"), "--host", host, "--allowed-host", "lab.example"]) == 0
     out = capsys.readouterr().out
     assert (seen["token"] is not None) is asks

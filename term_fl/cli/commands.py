@@ -21,6 +21,7 @@ from term_fl.common.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
 DEFAULT_DB_ENV = "TERM_FL_DB"
+DB_HELP = f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)"
 RUNS_TABLE_LIMIT = 50  # `term-fl runs` shows the newest 50 in its table, like the dashboard's runs page
 MAX_SWEEP_CELLS = 10_000  # `term-fl sweep --max-cells`: a grid larger than this is refused before it is expanded
 MAX_COUNT = 2**63 - 1  # the largest count SQLite (and so --limit) takes
@@ -46,7 +47,7 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
     p.add_argument("--out", help="output directory (default: a new folder under ./runs/)")
-    p.add_argument("--db", type=Path, help=f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)")
+    p.add_argument("--db", type=Path, help=DB_HELP)
     p.add_argument("-v", "--verbose", action="store_true",
                    help="show Flower's and Ray's logs (and the traceback of an error)")
 
@@ -54,7 +55,7 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
 def build_parser() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
-    parser = argparse.ArgumentParser(prog="term-fl", description=__doc__)
+    parser = argparse.ArgumentParser(prog="term-fl", description=__doc__.replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="run one scenario (one strategy, one seed; and its reference runs, "
                                      "when the scenario names some)", parents=[common])
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "as one by one; the other cells run one by one (default 1: every cell on its own)")
     dash = sub.add_parser("dashboard", help="serve the fairness dashboard over the results store (read-only)",
                           parents=[common])
-    dash.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
+    dash.add_argument("--db", type=Path, help=DB_HELP)
     dash.add_argument("--host", default="127.0.0.1",
                       help="address to bind (default 127.0.0.1: this machine only, no token); any other address asks "
                            "for an access token, made at start and printed, or taken from $TERM_FL_DASHBOARD_TOKEN")
@@ -89,9 +90,9 @@ def build_parser() -> argparse.ArgumentParser:
                             parents=[common])
     report.add_argument("run_or_scenario", help="a run id, or a scenario name (all its finished runs)")
     report.add_argument("--out", type=Path, required=True, help="HTML file to write")
-    report.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
+    report.add_argument("--db", type=Path, help=DB_HELP)
     runs = sub.add_parser("runs", help="list the runs in the results store, newest first", parents=[common])
-    runs.add_argument("--db", type=Path, help="results database (default: ./runs/results.db)")
+    runs.add_argument("--db", type=Path, help=DB_HELP)
     runs.add_argument("--scenario", help="only runs of this scenario")
     runs.add_argument("--strategy", help="only runs of this strategy (fedavg, qffl, term ...)")
     runs.add_argument("--status", choices=RUN_STATUSES, help="only runs with this status")
@@ -158,8 +159,8 @@ def output_dir(args: argparse.Namespace) -> Path | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from term_fl.clientapp.app import dataset_for
     from term_fl.config import load_scenario, reference_scenarios, with_overrides
-    from term_fl.cli.console import (RoundPrinter, RoundProgress, fairness_table, make_console, reference_table,
-                                 route_logs, run_header)
+    from term_fl.cli.console import (RoundPrinter, RoundProgress, fairness_table, make_console, next_steps,
+                                     reference_table, route_logs, run_header)
     from term_fl.engines import check_machine, engine_session
     from term_fl.federation.loop import FederationError
     from term_fl.results import ResultsStore
@@ -207,7 +208,10 @@ def cmd_run(args: argparse.Namespace) -> int:
                                      {"test": summaries[0].get("test"), "validation": summaries[0].get("validation")}))
     for recorder, summary in zip(recorders, summaries, strict=True):
         console.print(f"run {summary.get('run_id')} ({summary.get('strategy', {}).get('name')}) "
-                      f"{summary.get('status')}: {recorder.run_dir}  (store: {db})")
+                      f"{summary.get('status')}: {recorder.run_dir}", soft_wrap=True, markup=False)
+    console.print(f"store: {db}", soft_wrap=True, markup=False)
+    for line in next_steps(db, scenario.name, None if references else summaries[0].get("run_id")):
+        console.print(line, soft_wrap=True, markup=False)
     return 0 if all(s.get("status") == "finished" for s in summaries) else 1
 
 
@@ -227,7 +231,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from term_fl.config import load_scenario
     from term_fl.cli.sweep import run_sweep
 
-    scenario = load_scenario(args.config, resolve_overrides(args))
+    overrides = resolve_overrides(args)
+    scenario = load_scenario(args.config, overrides)
+    _check_sweep_overrides(scenario.sweep, overrides, references=scenario.run.reference)
     if not scenario.sweep:
         raise ConfigError(
             f"scenario {scenario.name!r} has no [sweep] table; add one such as "
@@ -245,6 +251,29 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ConfigError(f"--group-size must be a positive number of cells, got {args.group_size}")
     return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console,
                      group_size=args.group_size, max_cells=args.max_cells)
+
+
+SHORTCUTS = {"run.rounds": "--rounds", "run.seed": "--seed", "run.engine": "--engine", "run.executor": "--executor"}
+
+
+def _check_sweep_overrides(sweep: dict, overrides: dict, references: list[str]) -> None:
+    """Refuse a command-line value a sweep would ignore: a key its grid sets per cell, or references
+    (``run.reference`` given and not empty: ``--set run.reference=none`` says what a sweep does anyway)."""
+    from term_fl.config.loading import SWEEP_CELLS_KEY
+
+    swept = {key for key in sweep if key != SWEEP_CELLS_KEY}
+    swept |= {key for variant in sweep.get(SWEEP_CELLS_KEY, []) for key in variant}
+    for key in overrides:
+        given = SHORTCUTS.get(key, f"--set {key}")
+        if key in swept:
+            values = sweep.get(key, "its sweep.cells")
+            raise ConfigError(f"{given}: {key} is set per cell by the scenario's [sweep] table ({values}), so the "
+                              f"value would be ignored; to sweep other values, edit \"{key}\" in the [sweep] table "
+                              "of a copy of the scenario file")
+        if key == "run.reference" and references:
+            raise ConfigError(f"{given}: a sweep pairs each cell with the baseline cells of its own grid (FedAvg, "
+                              "FedAvg (uniform)), not with run.reference; add a baseline to the grid's strategy.name "
+                              "list, or use term-fl run for one run beside its references")
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -302,6 +331,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     db = store_path(args)
     check_listen_address(args.host, args.port)
+    if not db.is_file():
+        raise ConfigError(f"no results store at {db}: make one with `term-fl run --db {db}` (or `term-fl run` in a "
+                          f"folder: it writes runs/results.db there), or name an existing one with --db PATH or "
+                          f"${DEFAULT_DB_ENV}")
     given = os.environ.get(TOKEN_ENV, "").strip() or None
     try:
         token = token_for(args.host, given)

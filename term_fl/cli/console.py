@@ -29,8 +29,42 @@ if TYPE_CHECKING:  # the server loop imports Flower and torch: `term-fl runs` ne
     from term_fl.federation.loop import RoundRecord
 
 
+PLAIN_WIDTH = 1000
+"""Columns of plain output (a pipe, a log file): wide enough that no command or path is wrapped."""
+
+
 def make_console() -> Console:
-    return Console(stderr=False, highlight=False)
+    """The console of ``run`` and ``sweep``: a terminal's own width; elsewhere lines that are not wrapped."""
+    console = Console(stderr=False, highlight=False)
+    if not console.is_terminal:
+        console = Console(stderr=False, highlight=False, width=PLAIN_WIDTH)
+    return console
+
+
+def better(key: str) -> str:
+    """'higher' or 'lower': which way a statistic is better (:attr:`~term_fl.maths.fairness.Statistic.direction`)."""
+    return "higher" if statistic(key).direction > 0 else "lower"
+
+
+DIRECTIONS = ("better: which way each statistic is better. VaR, CVaR, EVaR, TiVaR: risks of the device losses "
+              "(lower is better); variance x 1e4: the variance of the device accuracies times 10^4 (q-FFL's unit); "
+              "Gini: inequality of the device accuracies (0: all equal); entropy: of the accuracies' shares "
+              "(log K when all are equal)")
+"""What the ``better`` column and the statistics that need a word mean, under every table of statistics."""
+
+
+def next_steps(db: Path, scenario: str, run_id: str | None = None) -> list[str]:
+    """The commands that show what a run or a sweep just stored: the dashboard and the report, on this store."""
+    import shlex
+
+    store, name = shlex.quote(str(db)), shlex.quote(scenario)
+    lines = ["next: the same comparison in a browser, or in one HTML file:",
+             f"  term-fl dashboard --db {store}    (then open /compare?scenario={scenario})",
+             f"  term-fl report {name} --out {shlex.quote(scenario + '-report.html')} --db {store}"]
+    if run_id:
+        lines.append(f"  term-fl report {shlex.quote(run_id)} --out {shlex.quote(run_id + '.html')} --db {store}"
+                     "    (this run alone)")
+    return lines
 
 
 def _from_term_fl(record: logging.LogRecord) -> bool:
@@ -249,13 +283,14 @@ def _fmt(value: Any) -> str:
 
 def fairness_table(title: str, by_split: Mapping[str, Mapping[str, Any] | None]) -> Table:
     """A statistic x split table of one run's last round."""
-    table = Table(title=title)
-    table.add_column("statistic")
+    table = Table(title=title, caption=DIRECTIONS)
+    table.add_column("statistic", no_wrap=True)
+    table.add_column("better")
     splits = [s for s, v in by_split.items() if v]
     for split in splits:
         table.add_column(split, justify="right")
     for stat in STATISTICS:
-        table.add_row(stat.label, *(_fmt(by_split[s].get(stat.key)) for s in splits))
+        table.add_row(stat.label, better(stat.key), *(_fmt(by_split[s].get(stat.key)) for s in splits))
     return table
 
 
@@ -275,7 +310,8 @@ def reference_table(scenario: Any, run: Mapping[str, Any], references: Sequence[
     which = "reference" if len(references) == 1 else "references"
     table = Table(title=f"{scenario.name}: {names[0]} and its {which} {', '.join(names[1:])}, seed {run.get('seed')}, "
                         f"test split, round {run.get('evaluated_round')}")
-    table.add_column("statistic")
+    table.add_column("statistic", no_wrap=True)
+    table.add_column("better")
     for name in names:
         table.add_column(name, justify="right")
     for name in names[1:]:
@@ -283,10 +319,10 @@ def reference_table(scenario: Any, run: Mapping[str, Any], references: Sequence[
     for stat in STATISTICS:
         values = [test.get(stat.key) for test in tests]
         diffs = [_difference(values[0], value) for value in values[1:]]
-        table.add_row(stat.label, *(_fmt(value) for value in values), *diffs)
+        table.add_row(stat.label, better(stat.key), *(_fmt(value) for value in values), *diffs)
     lines = [_convergence_line(name, summary) for name, summary in zip(names[1:], references, strict=True)]
     worst = [worst_devices_line(name, summary) for name, summary in zip(names, (run, *references), strict=True)]
-    table.caption = "\n".join(line for line in (*worst, *lines, ONE_SEED) if line)
+    table.caption = "\n".join(line for line in (DIRECTIONS, *worst, *lines, ONE_SEED) if line)
     return table
 
 

@@ -39,7 +39,7 @@ from term_fl.comparison.table import (CHOSEN, CHOSEN_MARK, PRIMARY, SIGNIFICANCE
 from term_fl.common.jsonable import plain
 from term_fl.config import Scenario, baseline_hash, config_hash, executor_of, sweep_cells, with_overrides
 from term_fl.comparison.convergence import FLAT, tail_means
-from term_fl.cli.console import RoundProgress, make_console
+from term_fl.cli.console import RoundProgress, better, make_console, next_steps
 from term_fl.cli.sweep_groups import CellJob, plan_groups, run_cell_group
 from term_fl.engines import engine_session
 from term_fl.maths.fairness import STATISTICS, fairness_summary, statistic
@@ -238,7 +238,10 @@ def _run_cells(
         if devices != sel.devices:
             for name, c in other.items():
                 console.print(f"  with selection.devices = {devices!r} the choice for {name} would be {c['cell']}")
-    console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}")
+    console.print(f"{len(cells) - failed}/{len(cells)} cells finished in {wall:.1f} s; comparison in {out_dir}",
+                  soft_wrap=True, markup=False)
+    for line in next_steps(db, scenario.name):
+        console.print(line, soft_wrap=True, markup=False)
     return 0 if failed == 0 else 1
 
 
@@ -410,8 +413,17 @@ def comparison_table(title: str, rows: list[dict[str, Any]], chosen: dict[str, A
         mark = f" {CHOSEN_MARK}" if row["config_hash"] in chosen_hashes else ""
         table.add_row(row["cell"] + mark, str(row["n"]),
                       *(_pm(row, k) if row.get(k) is not None else "-" for k, _ in columns))
-    table.caption = CHOSEN if chosen else None
+    table.caption = "\n".join([directions(key for key, _ in columns), *([CHOSEN] if chosen else [])])
     return table
+
+
+def directions(keys: Any) -> str:
+    """'higher is better: device mean, pooled ...; lower is better: std' for a table's ``split.statistic`` columns."""
+    by_way: dict[str, list[str]] = {"higher": [], "lower": []}
+    for key in keys:
+        stat = key.split(".")[1]
+        by_way[better(stat)].append(statistic(stat).label)
+    return "; ".join(f"{way} is better: {', '.join(labels)}" for way, labels in by_way.items() if labels)
 
 
 def paired_table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -447,5 +459,5 @@ def paired_table(title: str, rows: list[dict[str, Any]]) -> Table:
             n = max((d["n"] for d in (differences.get("test") or {}).values()), default=0)
             pairs.append(n)
             table.add_row(row["cell"], by_hash[reference]["cell"], str(n), *cells)
-    table.caption = "\n".join(significance_notes(pairs))
+    table.caption = "\n".join([directions(key for key, _ in columns), *significance_notes(pairs)])
     return table

@@ -42,7 +42,7 @@ def serve(
     *,
     allowed_hosts: Iterable[str] = (),
     token: str | None = None,
-    log_level: str = "info",
+    log_level: str | None = None,
     access_log: bool = False,
 ) -> None:
     """Serve the dashboard of the store ``db`` at http://host:port/ until interrupted (Ctrl-C, SIGTERM).
@@ -51,7 +51,9 @@ def serve(
     every request must carry (:mod:`term_fl.dashboard.access`; ``term-fl
     dashboard`` makes one for any other ``host``).
     ``access_log`` logs every HTTP request (off: pages poll the API every 3 s
-    while a run is running, which would print a line each time). Requests are
+    while a run is running, which would print a line each time). uvicorn
+    prints warnings and errors only (``log_level`` None: "info" with the
+    access log, which logs at that level, else "warning"). Requests are
     answered only for the ``Host:`` names of the bound address, loopback
     names, this machine's name and ``allowed_hosts`` (DNS-rebinding guard,
     :mod:`term_fl.dashboard.hosts`).
@@ -64,7 +66,8 @@ def serve(
     names, any_ip = allowed_host_names(host, allowed_hosts)
     app = create_app(db, allowed_hosts=names, any_ip_host=any_ip, token=token)
     check_free(host, port)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log)
+    level = log_level or ("info" if access_log else "warning")
+    uvicorn.run(app, host=host, port=port, log_level=level, access_log=access_log)
 
 
 def check_free(host: str, port: int) -> None:

@@ -19,6 +19,7 @@ import io
 import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -331,12 +332,28 @@ def runs_csv(rows: Sequence[Mapping[str, Any]], extra: Sequence[str] = ()) -> st
     (``extra``: further fields of the rows, e.g. a comparison's ``cell`` and ``counted``)."""
     stats = [s["key"] for s in statistics()]
     fields = [*RUN_CSV_FIELDS, *extra]
-    header = [*fields, *PARAM_KEYS, *(f"{split}.{k}" for split in SPLIT_LABELS for k in ("round", *stats))]
+    header = [*fields, "duration_s", *PARAM_KEYS,
+              *(f"{split}.{k}" for split in SPLIT_LABELS for k in ("round", *stats))]  # fmt: skip
+    times = ("started_at", "finished_at")
     return to_csv(header, (
-        [*(row[f] for f in fields), *(row["params"].get(k) for k in PARAM_KEYS),
+        [*(iso_time(row[f]) if f in times else row[f] for f in fields), duration(row),
+         *(row["params"].get(k) for k in PARAM_KEYS),
          *(row["final"][split].get(k) for split in SPLIT_LABELS for k in ("round", *stats))]
         for row in rows
     ))  # fmt: skip
+
+
+def iso_time(stamp: float | None) -> str | None:
+    """Unix seconds as ISO 8601 UTC to the second (``2026-11-26T22:46:13Z``), what a spreadsheet reads as a time."""
+    if stamp is None:
+        return None
+    return datetime.fromtimestamp(stamp, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def duration(run: Mapping[str, Any]) -> float | None:
+    """A run's wall time in seconds, from its start to its end (None while it runs or when it has no end)."""
+    start, end = run.get("started_at"), run.get("finished_at")
+    return None if start is None or end is None else round(end - start, 1)
 
 
 def rounds_csv(series: Mapping[str, Any]) -> str:

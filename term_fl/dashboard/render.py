@@ -20,11 +20,13 @@ import plotly
 
 from term_fl.maths.fairness import GROUPS, STATISTICS, statistics_table
 from term_fl.common.jsonable import plain
+from term_fl.dashboard.queries import duration
 from term_fl.strategies.registry import PARAM_KEYS
 
 STATIC_DIR = Path(__file__).with_name("static")
 PLOTLY_JS = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
 POLL_SECONDS = 3
+
 
 def script_json(obj: Any) -> str:
     """JSON for the body of a ``<script type="application/json">`` block (NaN -> null).
@@ -81,6 +83,18 @@ def fmt_time(stamp: float | None) -> str:
     return "—" if stamp is None else time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(stamp))
 
 
+def fmt_duration(seconds: float | None) -> str:
+    """Seconds as '7.5 s', '3 min 20 s' or '2 h 05 min'; '—' for none (a run that has not ended)."""
+    if seconds is None:
+        return "—"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min {int(seconds % 60):02d} s"
+    return f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 @cache
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
@@ -90,8 +104,8 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, pretty_json=pretty_json, path_segment=path_segment,
-                       file_stem=file_stem)  # fmt: skip
+    env.filters.update(fmt=fmt, param=param, fmt_time=fmt_time, fmt_duration=fmt_duration, duration=duration,
+                       pretty_json=pretty_json, path_segment=path_segment, file_stem=file_stem)  # fmt: skip
     env.globals.update(
         PARAM_KEYS=PARAM_KEYS,  # the strategies' parameters (term_fl.strategies.registry)
         STATISTICS=STATISTICS,  # every statistic (term_fl.maths.fairness), in table order

@@ -9,7 +9,9 @@ block. It opens from disk with no server and no network.
 from __future__ import annotations
 
 import os
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from term_fl.dashboard import compare_view, queries
 from term_fl.dashboard.render import render
@@ -58,7 +60,8 @@ def _run_report(store: ResultsStore, run_id: str, db: Path) -> str:
     for split in EVAL_SPLITS:
         by_round = queries.device_rounds(store, run_id, split)
         data["devices"][split] = {"rounds": sorted(by_round), "by_round": {str(r): d for r, d in by_round.items()}}
-    return render("run.html", report=data, run=data["run"], csv_urls={"rounds": "", "devices": ""}, db=str(db))
+    return render("run.html", report=data, run=data["run"], csv_urls={"rounds": "", "devices": ""}, db=str(db),
+                  generated=provenance([data["run"]["config_hash"]]))
 
 
 REPORT_CURVE_POINTS = 100
@@ -75,8 +78,19 @@ def _compare_report(store: ResultsStore, scenario: str, db: Path) -> str:
     compare, curves = compare_view.compare_with_curves(store, scenario, max_points=REPORT_CURVE_POINTS)
     data = {"compare": compare, "curves": curves,
             "csv": {t: compare_view.table_csv(compare, t) for t in ("cells", "runs")}}  # fmt: skip
+    hashes = sorted({run["config_hash"] for run in compare["runs"] if run.get("config_hash")})
     return render("compare.html", report=data, compare=compare, query={"runs": "", "scenario": scenario},
-                  csv_urls={t: "" for t in compare_view.CSV_TABLES}, db=str(db))  # fmt: skip
+                  csv_urls={t: "" for t in compare_view.CSV_TABLES}, db=str(db),
+                  generated=provenance(hashes))  # fmt: skip
+
+
+def provenance(config_hashes: list[str]) -> dict[str, Any]:
+    """What the report's header says about its making: the time (ISO 8601, UTC), term-fl's version and the
+    config hashes of the runs it shows (one per cell: :func:`term_fl.config.config_hash`)."""
+    from term_fl import __version__
+
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"time": now, "version": __version__, "config_hashes": config_hashes}
 
 
 def _nothing_found(store: ResultsStore, subject: str) -> str:

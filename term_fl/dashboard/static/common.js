@@ -249,6 +249,17 @@ const TermFL = (() => {
     ];
   }
 
+  // An axis for values that are all the same (every accuracy 0, say): a narrow band around the value instead
+  // of Plotly's ±1; spread values keep Plotly's own range.
+  function flatRange(values) {
+    const finite = values.filter((v) => v != null && isFinite(v));
+    if (!finite.length) return {};
+    const lo = Math.min(...finite), hi = Math.max(...finite);
+    if (hi - lo > 1e-9) return {};
+    const pad = Math.max(Math.abs(lo) * 0.05, 0.05);
+    return { range: [lo - pad, hi + pad] };
+  }
+
   return { page, report, api, fmt, meanSe, element, badge, updateRunFields, notice, plot, poll, csvLinks, csvCell,
-           cellStyles, band, SPLITS, COLORS, STATISTICS };
+           cellStyles, band, flatRange, SPLITS, COLORS, STATISTICS };
 })();

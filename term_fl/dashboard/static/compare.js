@@ -5,7 +5,8 @@
 // ECDF of the final device accuracies. Live while runs run; stops when none does.
 // The per-round curves come from their own answer, fetched after the rest is drawn.
 (() => {
-  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, csvCell, cellStyles, band } = TermFL;
+  const { page, report, api, fmt, meanSe, element, updateRunFields, plot, poll, csvLinks, csvCell, cellStyles, band,
+          flatRange } = TermFL;
   // Run ids travel as repeated run= parameters: an id may hold a comma.
   const runIds = JSON.parse(page.dataset.runIds || "[]");
   const query = runIds.length ? runIds.map((id) => ["run", id]) : { scenario: page.dataset.scenario };
@@ -17,6 +18,8 @@
 
   const statOf = (key) => data.statistics.find((s) => s.key === key) || { key, label: key, direction: 0 };
   const better = (stat) => (stat.direction > 0 ? "higher is better" : stat.direction < 0 ? "lower is better" : "");
+  const arrow = (stat) => (stat.direction > 0 ? "↑" : stat.direction < 0 ? "↓" : "");
+  const ARROWS = "↑ higher is better, ↓ lower is better";
   const axisTitle = (stat, split) => `${stat.label} (${split}${better(stat) ? ", " + better(stat) : ""})`;
 
   // The cells: each headline statistic's mean ± SE over seeds; the validation choice marked.
@@ -27,7 +30,7 @@
       element("th", { text: "cell" }),
       element("th", { text: "seeds", title: "distinct seeds counted (a repeated seed counts once)" }),
       element("th", { text: "rounds" }),
-      ...columns.map((s) => element("th", { text: s.label, title: [s.description, better(s)].filter(Boolean).join("; ") })),
+      ...columns.map((s) => element("th", { text: `${s.label} ${arrow(s)}`, title: [s.description, better(s)].filter(Boolean).join("; ") })),
     ]);
     document.querySelector("#cells thead").replaceChildren(head);
     document.querySelector("#cells tbody").replaceChildren(...data.cells.map((cell) => {
@@ -47,7 +50,9 @@
         ...columns.map((s) => element("td", { className: "num", text: meanSe(cell.stats[split][s.key]) })),
       ]);
     }));
-    document.getElementById("cells-legend").textContent = data.cells.some((c) => c.chosen) ? data.significance.chosen : "";
+    const chosenNote = data.cells.some((c) => c.chosen) ? [data.significance.chosen] : [];
+    document.getElementById("cells-legend").textContent = [ARROWS, ...chosenNote].join(". ");
+    document.getElementById("ring-note").classList.toggle("hidden", !chosenNote.length);
   }
 
   // One row per cell and baseline: the paired difference of each primary statistic, marked where significant,
@@ -62,7 +67,7 @@
       element("th", { text: "cell" }),
       element("th", { text: "minus", title: "the baseline cell: same settings, same seeds" }),
       element("th", { text: "pairs", title: "seeds both cells ran" }),
-      ...diffs.map((s) => element("th", { text: `Δ ${s.label}`, title: `${s.label}: cell minus baseline, mean ± SE over the paired seeds; ${better(s)}` })),
+      ...diffs.map((s) => element("th", { text: `Δ ${s.label} ${arrow(s)}`, title: `${s.label}: cell minus baseline, mean ± SE over the paired seeds; ${better(s)}` })),
       element("th", { text: "ahead from round", title: `the round from which the cell's mean ${lift.label} stays ${lift.direction > 0 ? "above" : "below"} the baseline's ("never": not in the last round both evaluated)` }),
     ]);
     document.querySelector("#differences thead").replaceChildren(head);
@@ -78,7 +83,8 @@
         element("td", { className: "num", text: ahead.round != null ? String(ahead.round) : ahead.rounds_compared ? "never" : "—" }),
       ]);
     }));
-    const notes = data.significance.notes.map((text) => element("li", { text }));
+    const favours = `${ARROWS}: a positive Δ of an ↑ statistic, or a negative Δ of a ↓ one, favours the cell`;
+    const notes = [favours, ...data.significance.notes].map((text) => element("li", { text }));
     document.getElementById("differences-legend").replaceChildren(...notes);
   }
 
@@ -100,20 +106,19 @@
       const div = document.getElementById(`chart-tradeoff-${i}`);
       div.dataset.title = `${x.label} vs ${y.label} (${split})`;
       const traces = [];
+      // One trace per cell, named in the legend (labels on the points collide where cells coincide).
       for (const strategy of data.strategies) {
         const cells = data.cells.filter((c) => c.strategy === strategy.name && c.stats[split][x.key].mean != null);
-        if (!cells.length) continue;
-        traces.push({
-          type: "scatter", mode: "markers+text", name: strategy.label,
-          x: cells.map((c) => c.stats[split][x.key].mean), y: cells.map((c) => c.stats[split][y.key].mean),
-          error_x: { type: "data", array: cells.map((c) => c.stats[split][x.key].se ?? 0), thickness: 1 },
-          error_y: { type: "data", array: cells.map((c) => c.stats[split][y.key].se ?? 0), thickness: 1 },
-          text: cells.map((c) => c.short_label), textposition: "top right", textfont: { size: 11 },
-          marker: { size: 10, color: cells.map((c) => styles[c.key].color), symbol: styles[cells[0].key].symbol,
-                    line: { width: 1, color: "#fff" } },
-          customdata: cells.map((c) => [c.label, c.n]),
-          hovertemplate: `%{customdata[0]} (%{customdata[1]} seeds)<br>${x.label} %{x:.3f}<br>${y.label} %{y:.3f}<extra></extra>`,
-        });
+        for (const c of cells) {
+          traces.push({
+            type: "scatter", mode: "markers", name: c.label, legendgroup: strategy.name,
+            x: [c.stats[split][x.key].mean], y: [c.stats[split][y.key].mean],
+            error_x: { type: "data", array: [c.stats[split][x.key].se ?? 0], thickness: 1 },
+            error_y: { type: "data", array: [c.stats[split][y.key].se ?? 0], thickness: 1 },
+            marker: { size: 10, color: styles[c.key].color, symbol: styles[c.key].symbol, line: { width: 1, color: "#fff" } },
+            hovertemplate: `${c.label} (${c.n} seeds)<br>${x.label} %{x:.3f}<br>${y.label} %{y:.3f}<extra></extra>`,
+          });
+        }
       }
       const chosen = data.cells.filter((c) => c.chosen && c.stats[split][x.key].mean != null);
       if (chosen.length) {
@@ -125,9 +130,9 @@
         });
       }
       plot(div.id, traces, {
-        height: 460,
-        xaxis: { title: { text: axisTitle(x, split) }, zeroline: false },
-        yaxis: { title: { text: axisTitle(y, split) }, zeroline: false },
+        height: 460, legend: { orientation: "h", x: 0, y: -0.3, yanchor: "top" }, // below the x axis's title
+        xaxis: { title: { text: axisTitle(x, split) }, zeroline: false, ...flatRange(traces.flatMap((t) => t.x)) },
+        yaxis: { title: { text: axisTitle(y, split) }, zeroline: false, ...flatRange(traces.flatMap((t) => t.y)) },
       }, { empty: "no finished cell yet" });
     });
   }
@@ -209,9 +214,10 @@
         const series = (((curves[cell.key] || {})[split] || {})[key]) || { round: [], mean: [], se: [] };
         traces.push(...band(series, styles[cell.key], cell.label, cell.key));
       }
+      const means = data.cells.flatMap((cell) => ((((curves[cell.key] || {})[split] || {})[key]) || { mean: [] }).mean);
       plot(div.id, traces, {
         height: 400, hovermode: "x unified",
-        xaxis: { title: { text: "round" } }, yaxis: { title: { text: axisTitle(stat, split) } },
+        xaxis: { title: { text: "round" } }, yaxis: { title: { text: axisTitle(stat, split) }, ...flatRange(means) },
       });
     }
   }

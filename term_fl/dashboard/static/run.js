@@ -3,7 +3,7 @@
 // and one device over the rounds (click its bar or its heatmap row). Redrawn every few
 // seconds while the run is running; polling stops once it is finished, failed, interrupted or lost.
 (() => {
-  const { page, api, fmt, element, updateRunFields, plot, poll, csvLinks, SPLITS, COLORS, STATISTICS } = TermFL;
+  const { page, api, fmt, element, updateRunFields, plot, poll, csvLinks, flatRange, SPLITS, COLORS, STATISTICS } = TermFL;
   const runId = page.dataset.runId;
   const slider = document.getElementById("round");
   const roundValue = document.getElementById("round-value");
@@ -19,23 +19,28 @@
   // One chart per group of statistics (the template made a div for each), one curve per statistic and split.
   const charts = Array.from(document.querySelectorAll(".chart.statistics")).map((div) => {
     const members = STATISTICS.filter((s) => s.group === div.dataset.group);
+    const direction = members.length ? members[0].direction : 0; // a group's statistics share it
+    const better = direction > 0 ? "higher is better" : direction < 0 ? "lower is better" : "";
     return {
       id: div.id,
-      axis: members.length ? members[0].axis : "",
+      axis: [members.length ? members[0].axis : "", better].filter(Boolean).join(", "),
       risk: div.dataset.group === "risk",
       curves: members.map((s, i) => [s.key, s.label, COLORS[i % COLORS.length]]),
     };
   });
 
+  // One curve per statistic on the test split; the validation split's curves start hidden (a click on their
+  // legend entry shows them), so that a chart shows as many curves as its group has statistics.
   function lines(series, curves) {
     const traces = [];
-    for (const split of SPLITS) {
+    for (const [i, split] of SPLITS.entries()) {
       const columns = series.splits[split.key] || {};
       for (const [key, label, color] of curves) {
         if (!columns[key]) continue;
         traces.push({
           type: "scatter", mode: "lines+markers", name: `${label} (${split.label})`, connectgaps: true,
           x: columns.round, y: columns[key], line: { color, dash: split.dash }, marker: { size: 4 },
+          visible: i === 0 ? true : "legendonly",
         });
       }
     }
@@ -46,7 +51,9 @@
     const round = { title: { text: "round" } };
     const alpha = ((series.splits.test || {}).alpha || []).find((a) => a != null);
     for (const chart of charts) {
-      plot(chart.id, lines(series, chart.curves), { xaxis: round, yaxis: { title: { text: chart.axis } } },
+      const traces = lines(series, chart.curves);
+      const shown = traces.filter((t) => t.visible === true).flatMap((t) => t.y);
+      plot(chart.id, traces, { xaxis: round, yaxis: { title: { text: chart.axis }, ...flatRange(shown) } },
         { suffix: chart.risk && alpha != null ? ` at α = ${alpha}` : "" });
     }
     const rows = [];
