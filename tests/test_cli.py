@@ -281,12 +281,13 @@ def test_runs_lists_the_store_and_reports_a_missing_store(tmp_path, capsys):
 
 def test_sweep_uses_the_engine_the_scenario_names(tmp_path, capsys, monkeypatch):
     import term_fl.cli.sweep as sweep_module
+    import term_fl.cli.sweep_groups as sweep_groups
 
     import contextlib
 
     seen = {}
     monkeypatch.setattr(sweep_module, "engine_session", lambda scenario: contextlib.nullcontext())  # no Ray
-    monkeypatch.setattr(sweep_module, "run_one", lambda cell, *a, **k: seen.setdefault("engine", cell.run.engine)
+    monkeypatch.setattr(sweep_groups, "run_one", lambda cell, *a, **k: seen.setdefault("engine", cell.run.engine)
                         and (_ for _ in ()).throw(RuntimeError("stop")))
     main(["sweep", str(sweep_file(tmp_path)), "--set", "run.engine=flower", "--out", str(tmp_path / "o"),
           "--db", str(tmp_path / "r.db")])

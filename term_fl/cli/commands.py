@@ -38,6 +38,11 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
                         "in-process engine only; auto, the default: compiled for the linear models in-process)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="join the Ray cluster whose head is at HOST:PORT (or 'auto': the one started on this machine) "
+                        "instead of starting a private Ray; term-fl never stops it. Shortcut for --set "
+                        "run.ray_address=ADDRESS. run: Flower's Simulation Engine runs the clients on it; sweep: the cells run "
+                        "as Ray tasks on its nodes (on the Flower engine, each cell's clients run on it)")
     p.add_argument("--out", type=Path, help="output directory (default: a new folder under ./runs/)")
     p.add_argument("--db", type=Path, help=f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)")
     p.add_argument("-v", "--verbose", action="store_true",
@@ -58,6 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
                            parents=[common])
     _add_scenario_args(sweep, config_required=False)
+    sweep.add_argument("--parallel", type=int, metavar="N",
+                       help="run up to N cells (or groups of --group-size) at a time as Ray tasks, one CPU each (a GPU "
+                            "for a cell with client.device = cuda), on a private Ray with N CPUs or on the cluster of "
+                            "--ray-address; the same numbers as one by one (in-process engine)")
     sweep.add_argument("--group-size", type=int, default=1, metavar="N",
                        help="train up to N cells side by side as one batched computation per round: cells on the "
                             "in-process engine with the compiled executor on the CPU that share the model, the client "
@@ -96,7 +105,7 @@ def resolve_overrides(args: argparse.Namespace) -> dict:
 
     overrides = parse_overrides(args.overrides)
     for key, value in (("run.rounds", args.rounds), ("run.seed", args.seed), ("run.engine", args.engine),
-                       ("run.executor", args.executor)):
+                       ("run.executor", args.executor), ("run.ray_address", args.ray_address)):
         if value is not None:
             overrides[key] = value
     if args.engine == "flower" and args.executor is None and "run.executor" not in overrides:
@@ -208,8 +217,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     explicit_engine = "engine" in scenario.run.model_fields_set
     if args.group_size < 1:
         raise ConfigError(f"--group-size must be a positive number of cells, got {args.group_size}")
+    if args.parallel is not None and args.parallel < 1:
+        raise ConfigError(f"--parallel must be a positive number of cells at a time, got {args.parallel}")
     return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console,
-                     group_size=args.group_size)
+                     group_size=args.group_size, parallel=args.parallel, ray_address=scenario.run.ray_address)
 
 
 def cmd_runs(args: argparse.Namespace) -> int:

@@ -1,0 +1,180 @@
+"""A sweep's cells as Ray tasks across a cluster's nodes (``term-fl sweep --parallel N`` / ``--ray-address``).
+
+Each unfinished cell, or each batched group of cells (``--group-size``), is
+one Ray task (:func:`term_fl.runs.ray_cells.run_cells`) asking for one CPU
+(one GPU when a cell trains on CUDA). The tasks run on the nodes of the
+cluster at ``--ray-address`` (joined, never stopped), or of a private Ray
+instance with ``--parallel`` CPUs; at most ``--parallel`` tasks are in
+flight at once (without it, as many as the cluster's CPUs take).
+
+The driver (this process) alone writes the results store and the run
+directories: each task streams its cells' records through one Ray queue,
+an actor pinned to the driver's node, and the driver hands them to the
+cells' :class:`~term_fl.runs.run.RunRecorder`\\ s as they come (a round every
+:data:`~term_fl.runs.ray_cells.FLUSH_S` s at the latest), so the dashboard
+shows the cells live and a node needs neither the store nor the sweep's
+folder. A task whose node or worker dies is run again by Ray on another
+node (:data:`RETRIES` times); the driver records the lost attempt as failed
+(its files set aside, as a resumed sweep does) and the rerun as the cell.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from term_fl.cli.sweep_groups import CellJob
+from term_fl.results import ResultsStore
+from term_fl.runs.ray_cells import CellEvent, cell_resources, run_cells
+from term_fl.runs.run import RunRecorder, run_id_for
+
+__all__ = ["RETRIES", "run_on_ray"]
+
+RETRIES = 3
+"""How many times Ray runs a task again whose worker or node died (Ray's ``max_retries``)."""
+
+POLL_S = 0.2
+
+
+@dataclass
+class _Cell:
+    """The driver's side of a cell: its job, the recorder of its current attempt, and how it ended."""
+
+    job: CellJob
+    attempt: str = ""
+    attempts: int = 0
+    nodes: list[str] = field(default_factory=list)
+    recorder: RunRecorder | None = None
+    rounds: int = 0
+    summary: dict[str, Any] | None = None
+    done: bool = False
+
+
+def run_on_ray(
+    groups: Sequence[Sequence[CellJob]],
+    store: ResultsStore,
+    console: Console,
+    *,
+    address: str,
+    parallel: int | None,
+    set_aside: Any,
+) -> dict[int, dict[str, Any] | None]:
+    """Run every group as a Ray task; each job's summary by its index (None where the cell failed).
+
+    ``set_aside(cell_dir, store)`` moves a lost attempt's files out of the
+    cell's folder (:func:`term_fl.cli.sweep.set_aside_earlier_attempt`).
+    """
+    import ray
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from term_fl.engines.ray_cluster import sweep_cluster
+
+    cells = {job.index: _Cell(job) for group in groups for job in group}
+    with sweep_cluster(address, parallel):
+        here = ray.get_runtime_context().get_node_id()
+        queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(here, False)})
+        task = ray.remote(run_cells)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
+        limit = parallel or max(len(groups), 1)
+        console.print(f"{len(groups)} Ray tasks ({len(cells)} cells) on {len(ray.nodes())} node(s) with {cpus} CPUs, "
+                      f"at most {min(limit, len(groups))} at a time" + (f", cluster {address}" if address else ""))
+        waiting = list(groups)
+        running: dict[Any, Sequence[CellJob]] = {}
+        try:
+            while waiting or running:
+                while waiting and len(running) < limit:
+                    group = waiting.pop(0)
+                    scenarios = [job.cell for job in group]
+                    ref = task.options(**cell_resources(scenarios), max_retries=RETRIES).remote(
+                        [(job.index, job.cell) for job in group], queue)
+                    running[ref] = group
+                _take(queue, cells, store, console, set_aside, wait=True)
+                ended, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+                for ref in ended:
+                    _take(queue, cells, store, console, set_aside, wait=False)  # its last records are queued
+                    _ended(ref, running.pop(ref), cells, console)
+        except BaseException:
+            for ref in running:
+                ray.cancel(ref, force=True)
+            for cell in cells.values():
+                _close(cell, "interrupted", "the sweep stopped before the cell's Ray task ended")
+            raise
+    return {index: cell.summary for index, cell in cells.items()}
+
+
+def _take(queue: Any, cells: dict[int, _Cell], store: ResultsStore, console: Console, set_aside: Any,
+          *, wait: bool) -> None:
+    """Hand every queued record to its cell's recorder (waiting up to :data:`POLL_S` for the first when ``wait``)."""
+    from ray.util.queue import Empty
+
+    items: list[list[CellEvent]] = []
+    try:
+        if wait:
+            items.append(queue.get(timeout=POLL_S))
+        items.extend(queue.get_nowait_batch(queue.qsize()))
+    except Empty:
+        pass
+    for batch in items:
+        for event in batch:
+            _handle(event, cells[event.index], store, console, set_aside)
+
+
+def _handle(event: CellEvent, cell: _Cell, store: ResultsStore, console: Console, set_aside: Any) -> None:
+    """Record one event of a cell; a new attempt's start closes an earlier attempt that never ended."""
+    job = cell.job
+    if event.kind == "start":
+        if cell.recorder is not None and not cell.done:
+            _close(cell, "failed", f"its Ray task was lost at round {cell.rounds} (node {cell.nodes[-1][:8]} or its "
+                                   "worker died); the cell was run again")
+            console.print(f"{job.label}: [yellow]its Ray task was lost[/] on node {cell.nodes[-1][:8]} after "
+                          f"{cell.rounds} rounds; running it again")
+        if cell.recorder is not None:
+            set_aside(job.cell_dir, store)
+        cell.attempt, cell.rounds, cell.done = event.attempt, 0, False
+        cell.attempts += 1
+        cell.nodes.append(event.node)
+        cell.recorder = RunRecorder(store, job.cell_dir.resolve(), run_id=run_id_for(job.cell))
+        cell.recorder.start(job.cell, event.payload)
+        console.print(f"{job.label}: started on node {event.node[:8]}" + (
+            f" (attempt {cell.attempts})" if cell.attempts > 1 else ""))
+        return
+    if event.attempt != cell.attempt or cell.recorder is None:
+        return  # a lost attempt's late record
+    if event.kind == "round":
+        cell.recorder.record_round(event.payload)
+        cell.rounds = event.payload.server_round
+        return
+    status, result, error = event.payload
+    cell.recorder.finish(status, result, error)
+    cell.done = True
+    cell.summary = cell.recorder.summary or {} if status == "finished" else None
+    if status == "finished":
+        console.print(f"{job.label}: {cell.rounds} rounds on node {event.node[:8]}")
+
+
+def _ended(ref: Any, group: Sequence[CellJob], cells: dict[int, _Cell], console: Console) -> None:
+    """A task ended: say which of its cells failed, and close those whose end never came (the task was lost)."""
+    import ray
+
+    try:
+        errors = ray.get(ref)
+    except Exception as exc:  # noqa: BLE001 - retries spent, or the task could not run: its cells failed
+        reason = " ".join(str(exc).split())[:300]
+        errors = [f"its Ray task failed: {type(exc).__name__}: {reason}"] * len(group)
+    for job, error in zip(group, errors, strict=True):
+        cell = cells[job.index]
+        if error is not None or not cell.done:
+            _close(cell, "failed", error or "its Ray task ended without recording the cell's end")
+            cell.summary = None
+            console.print(f"{job.label}: [bold red]failed[/]: {(error or 'no end recorded').splitlines()[0]}")
+
+
+def _close(cell: _Cell, status: str, error: str) -> None:
+    """Record the current attempt as ended with ``status`` when it has not ended yet."""
+    if cell.recorder is not None and not cell.done:
+        cell.recorder.finish(status, None, error)
+        cell.done = True
