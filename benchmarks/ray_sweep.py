@@ -9,7 +9,8 @@ order: every cell one after another in this process (no Ray, the reference),
 as Ray tasks with one worker (``--parallel 1``), and with ``--workers``
 workers (``--parallel N``, default 2). Each Ray sweep starts its own private
 Ray instance (its start is in its time) and each sweep gets a fresh store and
-folder. Prints one table: wall time, speedup against one Ray worker and
+folder. Prints one table: wall time, this process's CPU time (the driver:
+with Ray, it records every round in the store), speedup against one Ray worker and
 against the sweep without Ray, and the load average (``os.getloadavg``)
 before and after each sweep; then whether every sweep's comparison.json
 equals the reference's (run ids and wall time aside: it must, bit for bit).
@@ -65,25 +66,25 @@ def main(argv: list[str] | None = None) -> int:
     scenario = scenario.model_copy(update={"sweep": {**scenario.sweep, "run.seed": seeds}})
     with tempfile.TemporaryDirectory(prefix="term-fl-ray-sweep-") as tmp:
         base = args.out or Path(tmp)
-        times: dict[str, tuple[float, float, float]] = {}
+        times: dict[str, tuple[float, float, float, float]] = {}
         for label, parallel in sweeps:
             folder = base / label.replace(", ", "-").replace(" ", "-")
             load_before = os.getloadavg()[0]
-            wall = time.perf_counter()
+            wall, cpu = time.perf_counter(), time.process_time()
             code = run_sweep(scenario, db=folder / "results.db", out_dir=folder, engine="inprocess", console=console,
                              parallel=parallel)
-            times[label] = (time.perf_counter() - wall, load_before, os.getloadavg()[0])
+            times[label] = (time.perf_counter() - wall, time.process_time() - cpu, load_before, os.getloadavg()[0])
             if code != 0:
                 print(f"{label}: the sweep failed (exit code {code})")
                 return 1
-        cells = len(json.loads((base / "one-by-one-no-Ray" / "comparison.json").read_text())["cells"])
-        print(f"\n{scenario.name}: seeds {args.seeds}, {args.rounds} rounds, {cells} report cells; "
-              f"{os.cpu_count()} cores")
-        print("sweep | wall | speedup vs 1 Ray worker | vs no Ray | load before -> after")
+        runs = len(list((base / "one-by-one-no-Ray").glob("*/summary.json")))
+        print(f"\n{scenario.name}: seeds {args.seeds}, {args.rounds} rounds, {runs} runs; {os.cpu_count()} cores")
+        print("sweep | wall | driver CPU | speedup vs 1 Ray worker | vs no Ray | load before -> after")
         one = times[sweeps[1][0]][0]
         reference = times[sweeps[0][0]][0]
-        for label, (wall, before, after) in times.items():
-            print(f"{label} | {wall:.1f} s | {one / wall:.2f}x | {reference / wall:.2f}x | {before:.1f} -> {after:.1f}")
+        for label, (wall, cpu, before, after) in times.items():
+            print(f"{label} | {wall:.1f} s | {cpu:.1f} s | {one / wall:.2f}x | {reference / wall:.2f}x | "
+                  f"{before:.1f} -> {after:.1f}")
         folders = [base / label.replace(", ", "-").replace(" ", "-") for label, _ in sweeps]
         same = all(_comparison(folder) == _comparison(folders[0]) for folder in folders[1:])
         print(f"every sweep's comparison.json equals the one without Ray: {same}")

@@ -8,8 +8,8 @@ instance with ``--parallel`` CPUs; at most ``--parallel`` tasks are in
 flight at once (without it, as many as the cluster's CPUs take).
 
 The driver (this process) alone writes the results store and the run
-directories: each task streams its cells' records through one Ray queue,
-an actor pinned to the driver's node, and the driver hands them to the
+directories: each task streams its cells' records to one inbox, an actor
+pinned to the driver's node (:class:`~term_fl.runs.ray_cells.Inbox`), and the driver hands them to the
 cells' :class:`~term_fl.runs.run.RunRecorder`\\ s as they come (a round every
 :data:`~term_fl.runs.ray_cells.FLUSH_S` s at the latest), so the dashboard
 shows the cells live and a node needs neither the store nor the sweep's
@@ -28,7 +28,7 @@ from rich.console import Console
 
 from term_fl.cli.sweep_groups import CellJob
 from term_fl.results import ResultsStore
-from term_fl.runs.ray_cells import CellEvent, cell_resources, run_cells
+from term_fl.runs.ray_cells import CellEvent, Inbox, cell_resources, run_cells
 from term_fl.runs.run import RunRecorder, run_id_for
 
 __all__ = ["RETRIES", "run_on_ray"]
@@ -37,6 +37,7 @@ RETRIES = 3
 """How many times Ray runs a task again whose worker or node died (Ray's ``max_retries``)."""
 
 POLL_S = 0.2
+"""How often the driver takes the queued rounds while no task ends (a task's end wakes it at once)."""
 
 
 @dataclass
@@ -68,7 +69,6 @@ def run_on_ray(
     cell's folder (:func:`term_fl.cli.sweep.set_aside_earlier_attempt`).
     """
     import ray
-    from ray.util.queue import Queue
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from term_fl.engines.ray_cluster import sweep_cluster
@@ -76,12 +76,14 @@ def run_on_ray(
     cells = {job.index: _Cell(job) for group in groups for job in group}
     with sweep_cluster(address, parallel):
         here = ray.get_runtime_context().get_node_id()
-        queue = Queue(actor_options={"num_cpus": 0, "scheduling_strategy": NodeAffinitySchedulingStrategy(here, False)})
+        inbox = ray.remote(Inbox).options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(here, False)
+                                          ).remote()
         task = ray.remote(run_cells)
         cpus = int(ray.cluster_resources().get("CPU", 0))
-        limit = parallel or max(len(groups), 1)
+        # a private Ray has `parallel` CPUs and Ray starts a task as one frees: hand it every task at once
+        limit = parallel if parallel and address else max(len(groups), 1)
         console.print(f"{len(groups)} Ray tasks ({len(cells)} cells) on {len(ray.nodes())} node(s) with {cpus} CPUs, "
-                      f"at most {min(limit, len(groups))} at a time" + (f", cluster {address}" if address else ""))
+                      f"at most {min(parallel or cpus, len(groups))} at a time" + (f", cluster {address}" if address else ""))
         waiting = list(groups)
         running: dict[Any, Sequence[CellJob]] = {}
         try:
@@ -90,12 +92,13 @@ def run_on_ray(
                     group = waiting.pop(0)
                     scenarios = [job.cell for job in group]
                     ref = task.options(**cell_resources(scenarios), max_retries=RETRIES).remote(
-                        [(job.index, job.cell) for job in group], queue)
+                        [(job.index, job.cell) for job in group], inbox)
                     running[ref] = group
-                _take(queue, cells, store, console, set_aside, wait=True)
+                # wake on a task's end (its last records are then in the inbox) or every POLL_S for the rounds
+                ray.wait(list(running), num_returns=1, timeout=POLL_S)
                 ended, _ = ray.wait(list(running), num_returns=len(running), timeout=0)
+                _take(inbox, cells, store, console, set_aside)
                 for ref in ended:
-                    _take(queue, cells, store, console, set_aside, wait=False)  # its last records are queued
                     _ended(ref, running.pop(ref), cells, console)
         except BaseException:
             for ref in running:
@@ -106,19 +109,11 @@ def run_on_ray(
     return {index: cell.summary for index, cell in cells.items()}
 
 
-def _take(queue: Any, cells: dict[int, _Cell], store: ResultsStore, console: Console, set_aside: Any,
-          *, wait: bool) -> None:
-    """Hand every queued record to its cell's recorder (waiting up to :data:`POLL_S` for the first when ``wait``)."""
-    from ray.util.queue import Empty
+def _take(inbox: Any, cells: dict[int, _Cell], store: ResultsStore, console: Console, set_aside: Any) -> None:
+    """Hand every record in the inbox to its cell's recorder, in the order the tasks sent them."""
+    import ray
 
-    items: list[list[CellEvent]] = []
-    try:
-        if wait:
-            items.append(queue.get(timeout=POLL_S))
-        items.extend(queue.get_nowait_batch(queue.qsize()))
-    except Empty:
-        pass
-    for batch in items:
+    for batch in ray.get(inbox.take.remote()):
         for event in batch:
             _handle(event, cells[event.index], store, console, set_aside)
 

@@ -8,7 +8,7 @@ and writes nothing: it has no results store and no run directory (the node
 may be another machine). A :class:`RoundStream` recorder sends what a
 :class:`~term_fl.runs.run.RunRecorder` would record (the start with the
 data's metadata, every round's record, the end with the final model) as
-:class:`CellEvent`\\ s through a Ray queue to the driver, which alone writes
+:class:`CellEvent`\\ s to the driver's :class:`Inbox` actor; the driver alone writes
 the store and the run directories (:mod:`term_fl.cli.sweep_ray`), so the
 dashboard shows a Ray cell's rounds as they come. Rounds are sent in
 batches, at most every :data:`FLUSH_S` seconds; the start and the end at once.
@@ -30,7 +30,7 @@ from term_fl.engines import run_scenario
 from term_fl.federation.loop import FederationResult, Recorder, RoundRecord
 from term_fl.learning.threads import pinned_threads
 
-__all__ = ["FLUSH_S", "CellEvent", "RoundStream", "cell_resources", "run_cells"]
+__all__ = ["FLUSH_S", "CellEvent", "Inbox", "RoundStream", "cell_resources", "run_cells"]
 
 FLUSH_S = 0.5
 
@@ -52,14 +52,36 @@ class CellEvent:
     payload: Any
 
 
-class RoundStream(Recorder):
-    """A recorder that sends a cell's start, rounds and end through ``queue`` (a ``ray.util.queue.Queue``)."""
+class Inbox:
+    """The driver's mailbox, a Ray actor on the driver's node: tasks :meth:`put` batches in, the driver takes them out.
 
-    def __init__(self, queue: Any, index: int, attempt: str, node: str) -> None:
-        self.queue, self.index, self.attempt, self.node = queue, index, attempt, node
+    A plain (not asyncio) actor runs the calls of one caller in the order
+    they were sent, so a cell's records arrive in order. Tasks send without
+    waiting for the reply: a task blocked in ``ray.get`` lends its CPU back to
+    Ray, which would then start another task beside it (more cells at once
+    than ``--parallel`` or the CPUs allow).
+    """
+
+    def __init__(self) -> None:
+        self._items: list[list[CellEvent]] = []
+
+    def put(self, batch: list[CellEvent]) -> None:  # noqa: D102
+        self._items.append(batch)
+
+    def take(self) -> list[list[CellEvent]]:  # noqa: D102
+        items, self._items = self._items, []
+        return items
+
+
+class RoundStream(Recorder):
+    """A recorder that sends a cell's start, rounds and end to ``inbox`` (an :class:`Inbox` actor handle)."""
+
+    def __init__(self, inbox: Any, index: int, attempt: str, node: str) -> None:
+        self.inbox, self.index, self.attempt, self.node = inbox, index, attempt, node
         self._pending: list[CellEvent] = []
         self._sent = time.monotonic()
         self.started = False
+        self.last: Any = None  # the reference of the last batch sent
 
     def _add(self, kind: str, payload: Any, *, now: bool) -> None:
         self._pending.append(CellEvent(self.index, self.attempt, self.node, kind, payload))
@@ -67,9 +89,9 @@ class RoundStream(Recorder):
             self.flush()
 
     def flush(self) -> None:
-        """Send what is pending, as one item of the queue (blocks until the queue's actor holds it)."""
+        """Send what is pending as one batch, without waiting (see :class:`Inbox`)."""
         if self._pending:
-            self.queue.put(self._pending)
+            self.last = self.inbox.put.remote(self._pending)
             self._pending = []
         self._sent = time.monotonic()
 
@@ -90,7 +112,7 @@ def cell_resources(cells: list[Scenario]) -> dict[str, float]:
     return {"num_cpus": 1.0, "num_gpus": 1.0 if gpu else 0.0}
 
 
-def run_cells(cells: list[tuple[int, Scenario]], queue: Any) -> list[str | None]:
+def run_cells(cells: list[tuple[int, Scenario]], inbox: Any) -> list[str | None]:
     """Run a task's cells (one, or one batched group) and stream their records; each cell's error, or None.
 
     A cell's own failure is recorded as failed and returned as its error (Ray
@@ -101,7 +123,15 @@ def run_cells(cells: list[tuple[int, Scenario]], queue: Any) -> list[str | None]
     import ray
 
     attempt, node = secrets.token_hex(6), ray.get_runtime_context().get_node_id()
-    streams = [RoundStream(queue, index, attempt, node) for index, _ in cells]
+    streams = [RoundStream(inbox, index, attempt, node) for index, _ in cells]
+    try:
+        return _run(cells, streams)
+    finally:
+        # every record in the inbox before the task ends: the driver reads a cell's end before the task's
+        ray.get([stream.last for stream in streams if stream.last is not None])
+
+
+def _run(cells: list[tuple[int, Scenario]], streams: list[RoundStream]) -> list[str | None]:
     scenarios = [scenario for _, scenario in cells]
     with pinned_threads(scenarios[0].run.threads or 1):
         if len(cells) > 1:
