@@ -10,7 +10,8 @@ as Ray tasks with one worker (``--parallel 1``), and with ``--workers``
 workers (``--parallel N``, default 2). Each Ray sweep starts its own private
 Ray instance (its start is in its time) and each sweep gets a fresh store and
 folder. Prints one table: wall time, this process's CPU time (the driver:
-with Ray, it records every round in the store), speedup against one Ray worker and
+with Ray, it records every round in the store), a run's mean wall time
+(longer when runs side by side find no free core), speedup against one Ray worker and
 against the sweep without Ray, and the load average (``os.getloadavg``)
 before and after each sweep; then whether every sweep's comparison.json
 equals the reference's (run ids and wall time aside: it must, bit for bit).
@@ -48,6 +49,16 @@ def _comparison(folder: Path) -> dict[str, Any]:
     return data
 
 
+def _folder(label: str) -> str:
+    return label.replace(", ", "-").replace(" ", "-")
+
+
+def _mean_run_s(folder: Path) -> float:
+    """The mean wall time of the sweep's runs (summary.json's ``wall_time_s``: first round's start to the end)."""
+    walls = [json.loads(path.read_text())["wall_time_s"] for path in folder.glob("*/summary.json")]
+    return sum(walls) / len(walls)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("config", nargs="?", default=str(REPO / "configs" / "fairness.toml"))
@@ -68,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         base = args.out or Path(tmp)
         times: dict[str, tuple[float, float, float, float]] = {}
         for label, parallel in sweeps:
-            folder = base / label.replace(", ", "-").replace(" ", "-")
+            folder = base / _folder(label)
             load_before = os.getloadavg()[0]
             wall, cpu = time.perf_counter(), time.process_time()
             code = run_sweep(scenario, db=folder / "results.db", out_dir=folder, engine="inprocess", console=console,
@@ -77,15 +88,15 @@ def main(argv: list[str] | None = None) -> int:
             if code != 0:
                 print(f"{label}: the sweep failed (exit code {code})")
                 return 1
-        runs = len(list((base / "one-by-one-no-Ray").glob("*/summary.json")))
+        runs = len(list((base / _folder(sweeps[0][0])).glob("*/summary.json")))
         print(f"\n{scenario.name}: seeds {args.seeds}, {args.rounds} rounds, {runs} runs; {os.cpu_count()} cores")
-        print("sweep | wall | driver CPU | speedup vs 1 Ray worker | vs no Ray | load before -> after")
+        print("sweep | wall | driver CPU | a run, mean | speedup vs 1 Ray worker | vs no Ray | load before -> after")
         one = times[sweeps[1][0]][0]
         reference = times[sweeps[0][0]][0]
         for label, (wall, cpu, before, after) in times.items():
-            print(f"{label} | {wall:.1f} s | {cpu:.1f} s | {one / wall:.2f}x | {reference / wall:.2f}x | "
-                  f"{before:.1f} -> {after:.1f}")
-        folders = [base / label.replace(", ", "-").replace(" ", "-") for label, _ in sweeps]
+            print(f"{label} | {wall:.1f} s | {cpu:.1f} s | {_mean_run_s(base / _folder(label)):.2f} s | "
+                  f"{one / wall:.2f}x | {reference / wall:.2f}x | {before:.1f} -> {after:.1f}")
+        folders = [base / _folder(label) for label, _ in sweeps]
         same = all(_comparison(folder) == _comparison(folders[0]) for folder in folders[1:])
         print(f"every sweep's comparison.json equals the one without Ray: {same}")
         return 0 if same else 1

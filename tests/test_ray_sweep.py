@@ -198,10 +198,24 @@ def test_parallel_cells_on_a_private_ray_give_the_sequential_comparison_and_resu
             "--group-size", str(group_size)]
     capsys.readouterr()
     assert main(args) == 0
-    printed = capsys.readouterr().out
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps lines at its width
     tasks = 6 if group_size == 1 else 3  # 6 cells of one group key
     assert f"{tasks} Ray tasks (6 cells) on 1 node(s) with 2 CPUs, at most 2 at a time" in printed
     assert _comparison(tmp_path / "par") == _comparison(tmp_path / "seq")
     assert main(args) == 0  # every cell finished: skipped, no Ray started
     again = capsys.readouterr().out
     assert again.count("already finished, skipped") == 6 and "Ray tasks" not in again
+
+
+def test_a_cell_that_asks_for_a_gpu_on_a_cluster_without_one_fails_at_once_and_the_others_finish(tmp_path, capsys):
+    from term_fl.cli.commands import main
+
+    (tmp_path / "gpu.toml").write_text(
+        'name = "gpu-mini"\n[run]\nrounds = 2\nclients_per_round = 3\n[data]\nnum_devices = 6\nmax_samples = 60\n'
+        '[sweep]\ncells = [{"client.device" = "cpu"}, {"client.device" = "cuda"}]\n')
+    code = main(["sweep", str(tmp_path / "gpu.toml"), "--parallel", "1", "--out", str(tmp_path / "o"),
+                 "--db", str(tmp_path / "r.db")])
+    printed = " ".join(capsys.readouterr().out.split())  # the console wraps lines at its width
+    assert code == 1
+    assert "client.device = 'cuda' asks Ray for a GPU and the Ray cluster has none" in printed
+    assert "1/2 cells finished" in printed

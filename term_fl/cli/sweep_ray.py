@@ -90,8 +90,11 @@ def run_on_ray(
             while waiting or running:
                 while waiting and len(running) < limit:
                     group = waiting.pop(0)
-                    scenarios = [job.cell for job in group]
-                    ref = task.options(**cell_resources(scenarios), max_retries=RETRIES).remote(
+                    resources = cell_resources([job.cell for job in group])
+                    if resources["num_gpus"] > ray.cluster_resources().get("GPU", 0):
+                        _refuse_gpu(group, cells, console)  # Ray would keep the task waiting forever
+                        continue
+                    ref = task.options(**resources, max_retries=RETRIES).remote(
                         [(job.index, job.cell) for job in group], inbox)
                     running[ref] = group
                 # wake on a task's end (its last records are then in the inbox) or every POLL_S for the rounds
@@ -122,6 +125,8 @@ def _handle(event: CellEvent, cell: _Cell, store: ResultsStore, console: Console
     """Record one event of a cell; a new attempt's start closes an earlier attempt that never ended."""
     job = cell.job
     if event.kind == "start":
+        if cell.summary is not None:  # finished before its task was lost: the rerun's copy is not recorded
+            return
         if cell.recorder is not None and not cell.done:
             _close(cell, "failed", f"its Ray task was lost at round {cell.rounds} (node {cell.nodes[-1][:8]} or its "
                                    "worker died); the cell was run again")
@@ -157,15 +162,25 @@ def _ended(ref: Any, group: Sequence[CellJob], cells: dict[int, _Cell], console:
 
     try:
         errors = ray.get(ref)
-    except Exception as exc:  # noqa: BLE001 - retries spent, or the task could not run: its cells failed
-        reason = " ".join(str(exc).split())[:300]
-        errors = [f"its Ray task failed: {type(exc).__name__}: {reason}"] * len(group)
+    except Exception as exc:  # noqa: BLE001 - retries spent, or the task could not run: its unfinished cells failed
+        reason = f"its Ray task failed: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+        errors = [None if cells[job.index].summary is not None else reason for job in group]
     for job, error in zip(group, errors, strict=True):
         cell = cells[job.index]
-        if error is not None or not cell.done:
-            _close(cell, "failed", error or "its Ray task ended without recording the cell's end")
-            cell.summary = None
-            console.print(f"{job.label}: [bold red]failed[/]: {(error or 'no end recorded').splitlines()[0]}")
+        if error is None and cell.summary is not None:
+            continue
+        error = error or "its Ray task ended without recording the cell's end"
+        _close(cell, "failed", error)
+        cell.summary = None
+        console.print(f"{job.label}: [bold red]failed[/]: {error.splitlines()[0]}")
+
+
+def _refuse_gpu(group: Sequence[CellJob], cells: dict[int, _Cell], console: Console) -> None:
+    """The cells of a task that asks for a GPU on a Ray cluster without one fail at once, saying so."""
+    for job in group:
+        cells[job.index].summary = None
+        console.print(f"{job.label}: [bold red]failed[/]: client.device = {job.cell.client.device!r} asks Ray for a "
+                      "GPU and the Ray cluster has none; run it on a cluster with GPUs, or set client.device = 'cpu'")
 
 
 def _close(cell: _Cell, status: str, error: str) -> None:
