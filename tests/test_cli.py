@@ -286,12 +286,13 @@ def test_runs_lists_the_store_and_reports_a_missing_store(tmp_path, capsys):
 
 def test_sweep_uses_the_engine_the_scenario_names(tmp_path, capsys, monkeypatch):
     import term_fl.cli.sweep as sweep_module
+    import term_fl.cli.sweep_groups as sweep_groups
 
     import contextlib
 
     seen = {}
     monkeypatch.setattr(sweep_module, "engine_session", lambda scenario: contextlib.nullcontext())  # no Ray
-    monkeypatch.setattr(sweep_module, "run_one", lambda cell, *a, **k: seen.setdefault("engine", cell.run.engine)
+    monkeypatch.setattr(sweep_groups, "run_one", lambda cell, *a, **k: seen.setdefault("engine", cell.run.engine)
                         and (_ for _ in ()).throw(RuntimeError("stop")))
     main(["sweep", str(sweep_file(tmp_path)), "--set", "run.engine=flower", "--out", str(tmp_path / "o"),
           "--db", str(tmp_path / "r.db")])
@@ -362,7 +363,7 @@ def test_runs_table_shows_the_newest_50_and_json_every_run(tmp_path, capsys, mon
 
     db = tmp_path / "r.db"
     build_store(db, runs=RUNS)
-    monkeypatch.setattr(cli_module, "RUNS_TABLE_LIMIT", 4)
+    monkeypatch.setattr("term_fl.cli.views.RUNS_TABLE_LIMIT", 4)
     assert main(["runs", "--db", str(db)]) == 0
     table = capsys.readouterr().out
     assert "the newest 4 of 6 runs" in table and "fedavg-1" not in table

@@ -23,9 +23,9 @@ SMALL_RUN = ["--rounds", "2", "--set", "data.synthetic.num_devices=6", "--set", 
 
 CHECKED = {
     "run": {"config", "--rounds", "--seed", "--engine", "--executor", "--set", "--out", "--db", "--verbose",
-            "--no-reference", "--debug"},
+            "--no-reference", "--debug", "--ray-address", "--resume"},
     "sweep": {"config", "--rounds", "--seed", "--engine", "--executor", "--set", "--out", "--db", "--verbose",
-              "--group-size", "--debug"},
+              "--group-size", "--debug", "--ray-address", "--parallel", "--max-cells"},
     "dashboard": {"--db", "--host", "--port", "--access-log", "--allowed-host", "--debug"},
     "report": {"run_or_scenario", "--out", "--db", "--debug"},
     "runs": {"--db", "--scenario", "--strategy", "--status", "--format", "--limit", "--debug"},
@@ -68,6 +68,7 @@ def _resolved(command: str, *argv: str):
     (["--engine", "flower"], "engine", "flower"),
     (["--executor", "sequential"], "executor", "sequential"),
     (["--set", "run.clients_per_round=4"], "clients_per_round", 4),
+    (["--ray-address", "10.0.0.1:6379"], "ray_address", "10.0.0.1:6379"),
 ])  # fmt: skip
 def test_scenario_options_change_the_resolved_scenario(command, argv, key, value):
     default = _resolved(command)
@@ -97,9 +98,11 @@ def test_sweep_passes_its_output_options_on(tmp_path, monkeypatch):
     seen = {}
     monkeypatch.setattr(sweep_module, "run_sweep", lambda scenario, **kw: seen.update(kw, scenario=scenario) or 0)
     monkeypatch.setattr("term_fl.cli.console.route_logs", lambda console, verbose: seen.update(verbose=verbose))
-    argv = ["--rounds", "3", "--out", str(tmp_path / "o"), "--db", str(tmp_path / "r.db"), "--group-size", "4", "-v"]
+    argv = ["--rounds", "3", "--out", str(tmp_path / "o"), "--db", str(tmp_path / "r.db"), "--group-size", "4", "-v",
+            "--parallel", "2", "--max-cells", "50"]
     assert main(["sweep", *argv]) == 0
     assert (seen["out_dir"], seen["db"], seen["group_size"]) == (tmp_path / "o", tmp_path / "r.db", 4)
+    assert (seen["parallel"], seen["max_cells"]) == (2, 50)
     assert seen["verbose"] is True and seen["scenario"].run.rounds == 3
 
 
@@ -199,3 +202,10 @@ def test_help_is_plain_text(command, capsys):
         main([*command, "--help"])
     out = capsys.readouterr().out
     assert "usage: term-fl" in out and "``" not in out
+
+
+def test_resume_takes_only_the_store_and_says_what_else_was_given(tmp_path, capsys):
+    """--resume goes on with the run's own settings: a scenario option beside it is refused, naming both."""
+    assert main(["run", "--resume", "some-run", "--seed", "3", "--db", str(tmp_path / "r.db")]) == 2
+    err = capsys.readouterr().err
+    assert "--resume some-run" in err and "--seed" in err

@@ -8,28 +8,20 @@ import json
 import logging
 import os
 import signal
-import socket
 import sqlite3
 import sys
 import traceback
 from pathlib import Path
 
+from term_fl.cli.paths import DB_HELP, DEFAULT_DB_ENV, RUNS_TABLE_LIMIT, output_dir, store_path
 from term_fl.cli.signals import exit_status, stop_signals_interrupt
+from term_fl.cli.views import cmd_dashboard, cmd_report, cmd_runs
 from term_fl.data.errors import DataError
 from term_fl.common.errors import ConfigError, EngineStartError, Interrupted
 from term_fl.common.extras import MissingExtraError, require
 from term_fl.results import RUN_STATUSES, StoreError
 
-DEFAULT_DB_ENV = "TERM_FL_DB"
-DB_HELP = f"results database (default: ${DEFAULT_DB_ENV} or ./runs/results.db)"
-RUNS_TABLE_LIMIT = 50  # `term-fl runs` shows the newest 50 in its table, like the dashboard's runs page
 MAX_SWEEP_CELLS = 10_000  # `term-fl sweep --max-cells`: a grid larger than this is refused before it is expanded
-MAX_COUNT = 2**63 - 1  # the largest count SQLite (and so --limit) takes
-PORTS = range(1, 65536)
-
-
-def default_db() -> Path:
-    return Path(os.environ.get(DEFAULT_DB_ENV, "runs/results.db")).expanduser().resolve()
 
 
 def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> None:
@@ -46,6 +38,11 @@ def _add_scenario_args(p: argparse.ArgumentParser, config_required: bool) -> Non
                         "in-process engine only; auto, the default: compiled for the linear models in-process)")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a scenario value by its dotted key, e.g. --set strategy.t=2 (repeatable)")
+    p.add_argument("--ray-address", metavar="HOST:PORT",
+                   help="join the Ray cluster whose head is at HOST:PORT (or 'auto': the one started on this machine) "
+                        "instead of starting a private Ray; term-fl never stops it. Shortcut for --set "
+                        "run.ray_address=ADDRESS. run: Flower's Simulation Engine runs the clients on it; sweep: the cells run "
+                        "as Ray tasks on its nodes (on the Flower engine, each cell's clients run on it)")
     p.add_argument("--out", help="output directory (default: a new folder under ./runs/)")
     p.add_argument("--db", type=Path, help=DB_HELP)
     p.add_argument("-v", "--verbose", action="store_true",
@@ -70,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     sweep = sub.add_parser("sweep", help="run the scenario's [sweep] grid, resumably, and compare the cells",
                            parents=[common])
     _add_scenario_args(sweep, config_required=False)
+    sweep.add_argument("--parallel", type=int, metavar="N",
+                       help="run up to N cells (or groups of --group-size) at a time as Ray tasks, one CPU each (a GPU "
+                            "for a cell with client.device = cuda), on a private Ray with N CPUs or on the cluster of "
+                            "--ray-address; the same numbers as one by one (in-process engine)")
     sweep.add_argument("--group-size", type=int, default=1, metavar="N",
                        help="train up to N cells side by side as one batched computation per round: cells on the "
                             "in-process engine with the compiled executor on the CPU that share the model, the client "
@@ -111,7 +112,7 @@ def resolve_overrides(args: argparse.Namespace) -> dict:
 
     overrides = parse_overrides(args.overrides)
     for key, value in (("run.rounds", args.rounds), ("run.seed", args.seed), ("run.engine", args.engine),
-                       ("run.executor", args.executor)):
+                       ("run.executor", args.executor), ("run.ray_address", args.ray_address)):
         if value is not None:
             overrides[key] = value
     if args.engine == "flower" and args.executor is None and "run.executor" not in overrides:
@@ -124,36 +125,6 @@ def resolve_overrides(args: argparse.Namespace) -> dict:
 def _quiet_environment() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
-
-
-def store_path(args: argparse.Namespace) -> Path:
-    """The results database the command names (--db, $TERM_FL_DB, ./runs/results.db), checked to be a file path."""
-    db = (args.db or default_db()).expanduser().resolve()
-    if db.is_dir():
-        raise ConfigError(f"--db {db}: is a directory; give the path of a results database file, e.g. {db / 'results.db'}")
-    if db.exists() and not db.is_file():  # /dev/null, a pipe: SQLite would wait for a lock that never comes
-        raise ConfigError(f"--db {db}: is not a regular file ({_file_kind(db)}); give the path of a results database "
-                          "file, e.g. runs/results.db")
-    return db
-
-
-def _file_kind(path: Path) -> str:
-    kinds = ((Path.is_char_device, "a character device"), (Path.is_block_device, "a block device"),
-             (Path.is_fifo, "a named pipe"), (Path.is_socket, "a socket"))
-    return next((word for test, word in kinds if test(path)), "not a file")
-
-
-def output_dir(args: argparse.Namespace) -> Path | None:
-    """--out, checked to be a directory or a path where one can be made."""
-    if args.out is None:
-        return None
-    if not args.out.strip():
-        raise ConfigError("--out '': empty; give a directory for the run's files (or leave --out out: a new folder "
-                          "under ./runs/)")
-    out = Path(args.out).expanduser().resolve()
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out}: is a file, not a directory; give a directory for the run's files")
-    return out
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -249,8 +220,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     explicit_engine = "engine" in scenario.run.model_fields_set
     if args.group_size < 1:
         raise ConfigError(f"--group-size must be a positive number of cells, got {args.group_size}")
+    if args.parallel is not None and args.parallel < 1:
+        raise ConfigError(f"--parallel must be a positive number of cells at a time, got {args.parallel}")
     return run_sweep(scenario, db=db, out_dir=out, engine=None if explicit_engine else "inprocess", console=console,
-                     group_size=args.group_size, max_cells=args.max_cells)
+                     group_size=args.group_size, max_cells=args.max_cells, parallel=args.parallel,
+                     ray_address=scenario.run.ray_address)
 
 
 SHORTCUTS = {"run.rounds": "--rounds", "run.seed": "--seed", "run.engine": "--engine", "run.executor": "--executor"}
@@ -274,108 +248,6 @@ def _check_sweep_overrides(sweep: dict, overrides: dict, references: list[str]) 
             raise ConfigError(f"{given}: a sweep pairs each cell with the baseline cells of its own grid (FedAvg, "
                               "FedAvg (uniform)), not with run.reference; add a baseline to the grid's strategy.name "
                               "list, or use term-fl run for one run beside its references")
-
-
-def cmd_runs(args: argparse.Namespace) -> int:
-    """List runs with their final statistics; imports neither Flower nor torch (nor the web app)."""
-    from term_fl.dashboard import queries
-    from term_fl.results import ResultsStore
-
-    if args.limit is not None and not 0 <= args.limit <= MAX_COUNT:
-        raise ConfigError(f"--limit {args.limit}: allowed 0 (all runs) to {MAX_COUNT}")
-    limit = args.limit if args.limit is not None else (RUNS_TABLE_LIMIT if args.format == "table" else 0)
-    db = store_path(args)
-    with ResultsStore.open_readonly(db) as store:
-        filters = {"scenario": args.scenario, "status": args.status, "strategy": args.strategy}
-        runs = queries.list_runs(store, **filters, limit=limit or None)
-        total = store.count_runs(**filters)
-    if args.format == "json":
-        json.dump(runs, sys.stdout, indent=1, allow_nan=False)
-        sys.stdout.write("\n")
-    elif args.format == "csv":
-        sys.stdout.write(queries.runs_csv(runs))
-    else:
-        _print_runs_table(runs, total, db)
-    return 0
-
-
-def _print_runs_table(runs: list[dict], total: int, db: Path) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    from term_fl.dashboard.queries import statistics
-    from term_fl.strategies.registry import cell_label
-
-    stats = [s for s in statistics() if s["headline"]]
-    shown = f"the newest {len(runs)} of {total} runs (--limit 0: all)" if len(runs) < total else f"{total} runs"
-    table = Table(title=f"{shown} in {db} (test split, last evaluated round)", title_justify="left")
-    table.add_column("run id", no_wrap=True, min_width=max((len(r["run_id"]) for r in runs), default=6))
-    for col in ("scenario", "strategy", "seed", "status", "rounds"):
-        table.add_column(col)
-    for stat in stats:
-        table.add_column(stat["label"], justify="right")
-    for run in runs:
-        test = run["final"]["test"]
-        table.add_row(
-            run["run_id"], run["scenario"], cell_label({"name": run["strategy"], **run["params"]}), str(run["seed"]), run["status"],
-            f"{run['rounds_completed']}/{run['rounds_planned']}",
-            *("-" if test.get(s["key"]) is None else f"{test[s['key']]:.3f}" for s in stats),
-        )  # fmt: skip
-    # A terminal gets its own width (the run id never shrinks); a pipe or file the whole table.
-    Console(highlight=False, width=None if sys.stdout.isatty() else 250).print(table)
-
-
-def cmd_dashboard(args: argparse.Namespace) -> int:
-    from term_fl.dashboard import serve
-    from term_fl.dashboard.access import TOKEN_ENV, token_for
-
-    db = store_path(args)
-    check_listen_address(args.host, args.port)
-    if not db.is_file():
-        raise ConfigError(f"no results store at {db}: make one with `term-fl run --db {db}` (or `term-fl run` in a "
-                          f"folder: it writes runs/results.db there), or name an existing one with --db PATH or "
-                          f"${DEFAULT_DB_ENV}")
-    given = os.environ.get(TOKEN_ENV, "").strip() or None
-    try:
-        token = token_for(args.host, given)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
-    url = f"http://{args.host}:{args.port}/"
-    if token is None:
-        access = "no token: this machine only"
-    elif given:
-        access = f"token from ${TOKEN_ENV}"
-    else:
-        url += f"?token={token}"
-        access = "open this address once (it sets a cookie); scripts send 'Authorization: Bearer TOKEN'"
-    print(f"term-fl dashboard: {url}  (store {db}, read-only; {access}; Ctrl-C to stop)", flush=True)
-    serve(db, host=args.host, port=args.port, access_log=args.access_log, allowed_hosts=args.allowed_hosts,
-          token=token)
-    return 0
-
-
-def check_listen_address(host: str, port: int) -> None:
-    """A ConfigError naming --port or --host when the dashboard could not listen there (before it starts; whether
-    the address is free is checked by :func:`term_fl.dashboard.serve`)."""
-    if port not in PORTS:
-        raise ConfigError(f"--port {port}: allowed {PORTS.start}..{PORTS.stop - 1}")
-    try:
-        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (socket.gaierror, UnicodeError) as exc:
-        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
-        raise ConfigError(f"--host {host}: cannot be resolved ({reason}); give an address of this machine, "
-                          "e.g. 127.0.0.1 (the default) or 0.0.0.0 (every interface)") from None
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    from term_fl.dashboard import write_report
-
-    out = args.out.expanduser().resolve()
-    if out.is_dir():
-        raise ConfigError(f"--out {out}: is a directory; give the path of the HTML file to write, e.g. {out / 'report.html'}")
-    path = write_report(store_path(args), args.run_or_scenario, out)
-    print(f"term-fl report: wrote {path}")
-    return 0
 
 
 COMMANDS = {"run": cmd_run, "sweep": cmd_sweep, "runs": cmd_runs, "dashboard": cmd_dashboard, "report": cmd_report}

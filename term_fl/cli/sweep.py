@@ -39,8 +39,8 @@ from term_fl.comparison.table import (CHOSEN, CHOSEN_MARK, PRIMARY, SIGNIFICANCE
 from term_fl.common.jsonable import plain
 from term_fl.config import Scenario, baseline_hash, config_hash, executor_of, sweep_cells, with_overrides
 from term_fl.comparison.convergence import FLAT, tail_means
-from term_fl.cli.console import RoundProgress, better, make_console, next_steps
-from term_fl.cli.sweep_groups import CellJob, plan_groups, run_cell_group
+from term_fl.cli.console import better, make_console, next_steps
+from term_fl.cli.sweep_groups import CellJob, run_jobs, sweep_settings
 from term_fl.engines import engine_session
 from term_fl.maths.fairness import STATISTICS, fairness_summary, statistic
 from term_fl.strategies.registry import STRATEGIES
@@ -48,7 +48,7 @@ from term_fl.common.csvcells import csv_cell
 from term_fl.common.keys import SUMMARY_NAMES, VAL
 from term_fl.common.locks import FolderInUse, FolderLock, holder_of
 from term_fl.results import ResultsStore
-from term_fl.runs.run import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, run_one, write_summary
+from term_fl.runs.run import DEFAULT_RUNS_DIR, RUN_FILES, run_id_in, write_summary
 
 MAX_DIRNAME = 200  # bytes of a folder name; most filesystems allow 255
 
@@ -150,29 +150,37 @@ def run_sweep(
     console: Console | None = None,
     group_size: int = 1,
     max_cells: int | None = None,
+    parallel: int | None = None,
+    ray_address: str = "",
 ) -> int:
     """Run (or resume) every cell, then write and print the comparison. Returns an exit code.
 
     ``group_size`` > 1 runs up to that many unfinished cells that can share
     one batched computation side by side (:func:`term_fl.cli.sweep_groups.plan_groups`);
-    the others, and every cell with 1, run one by one. The output folder is
-    locked while the sweep runs (:class:`FolderInUse` names the process that
-    holds it); a grid of more than ``max_cells`` cells is refused before any
-    is made.
+    the others, and every cell with 1, run one by one. ``parallel`` (at
+    most that many at a time) or ``ray_address`` (a cluster to join) runs
+    the cells, or groups, as Ray tasks (:mod:`term_fl.cli.sweep_ray`); with
+    ``ray_address`` on the Flower engine, each cell's clients run on the
+    cluster instead. Every cell pins torch to ``run.threads`` threads, 1 unless set.
+    The output folder is locked while the sweep runs (:class:`FolderInUse`
+    names the process that holds it); a grid of more than ``max_cells``
+    cells is refused before any is made.
     """
     console = console or make_console()
     if engine is not None:
         scenario = with_overrides(scenario, {"run.engine": engine})
+    scenario = sweep_settings(scenario, parallel=parallel, ray_address=ray_address)
     out_dir = (Path(out_dir) if out_dir else DEFAULT_RUNS_DIR / f"sweep-{scenario.name}").resolve()
     cells = sweep_cells(scenario, max_cells=max_cells)
     out_dir.mkdir(parents=True, exist_ok=True)
     with FolderLock(out_dir, f"the sweep folder {out_dir}"):
-        return _run_cells(scenario, cells, db=db, out_dir=out_dir, console=console, group_size=group_size)
+        return _run_cells(scenario, cells, db=db, out_dir=out_dir, console=console, group_size=group_size,
+                          parallel=parallel, ray_address=ray_address)
 
 
 def _run_cells(
     scenario: Scenario, cells: list[tuple[dict[str, Any], Scenario]], *, db: Path, out_dir: Path, console: Console,
-    group_size: int = 1,
+    group_size: int = 1, parallel: int | None = None, ray_address: str = "",
 ) -> int:
     """Run the cells that have not finished into ``out_dir``, then write and print the comparison."""
     console.print(
@@ -201,13 +209,12 @@ def _run_cells(
             if earlier is not None:
                 console.print(f"{label}: an unfinished earlier attempt was moved to {earlier}")
             jobs.append(CellJob(i, label, cell, cell_dir))
-        for group in plan_groups(jobs, group_size):
-            outcomes = _run_group(group, store, console) if len(group) > 1 else [_run_cell(group[0], store, console)]
-            for job, summary in zip(group, outcomes, strict=True):
-                if summary is None:
-                    failed += 1
-                else:
-                    summaries[job.index] = (summary, job.cell)
+        for job, summary in zip(jobs, run_jobs(jobs, group_size, store, console, parallel=parallel,
+                                               ray_address=ray_address, set_aside=set_aside_earlier_attempt)):
+            if summary is None:
+                failed += 1
+            else:
+                summaries[job.index] = (summary, job.cell)
         summaries_in_order = [summaries[i] for i in sorted(summaries)]
         sel = scenario.selection
         finished = [  # config: what pairing reads; reference_hash: summaries written before it existed
@@ -283,27 +290,6 @@ def _seed_range(seeds: list[int]) -> str:
     if seeds and seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 2:
         return f"{seeds[0]}-{seeds[-1]}"
     return ", ".join(map(str, seeds)) or "none"
-
-
-def _run_group(jobs: list[CellJob], store: ResultsStore, console: Console) -> list[dict[str, Any] | None]:
-    """A group of cells side by side; if the group cannot start (a cell's data or folder), its cells one by one."""
-    try:
-        return run_cell_group(jobs, store, console)
-    except Exception as exc:  # noqa: BLE001 - each cell then says what is wrong with it
-        console.print(f"the group could not start ({type(exc).__name__}: {exc}); its cells run one by one")
-        return [_run_cell(job, store, console) for job in jobs]
-
-
-def _run_cell(job: CellJob, store: ResultsStore, console: Console) -> dict[str, Any] | None:
-    """One cell on its own: its summary, or None when it failed (said on the console)."""
-    try:
-        # one bar per cell on a terminal; off it, a line after the first and the last round
-        with RoundProgress(console, job.cell.run.rounds, job.label, steps=1) as progress:
-            recorder = run_one(job.cell, store, out_dir=job.cell_dir, on_round=progress)
-    except Exception as exc:  # one failing cell does not lose the others
-        console.print(f"{job.label}: [bold red]failed[/]: {type(exc).__name__}: {exc}")
-        return None
-    return recorder.summary or {}
 
 
 def with_tail_statistics(summary: dict[str, Any], store: ResultsStore, tail: int) -> dict[str, Any]:

@@ -51,8 +51,8 @@ def config_hash(scenario: Scenario) -> str:
     tables, the engine (both give the same numbers), the sequential executor
     (the reference; the cohort and compiled executors are in, ``"auto"`` as
     :func:`~term_fl.config.scenario.executor_of` resolves it: they agree with
-    it to float32 rounding per step, not bit for bit), timeouts and
-    ``run.max_failed_rounds``, the per-client resources, the references, the
+    it to float32 rounding per step, not bit for bit), timeouts,
+    ``run.max_failed_rounds``, ``run.threads`` and ``run.ray_address``, the per-client resources, the references, the
     settings of the strategies, datasets and models the run does not use,
     and a data file's path: the vehicle data counts by its content (the
     file's sha256), so the same file under another path is the same cell.

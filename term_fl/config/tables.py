@@ -98,6 +98,19 @@ class RunConfig(Table):
     )
     name: Annotated[str, NOT_HASHED] = Field(
         "", description="run name shown in tables and the dashboard ('' = scenario name)")
+    # where and how the run computes, not what: two settings that never move a number
+    threads: Annotated[int, NOT_HASHED] = Field(
+        0, ge=0, le=1024,
+        description="torch's thread count for the run (0: torch's own; term-fl sweep runs each cell with 1 unless "
+                    "set): clients train on one thread whatever it is, so it never changes a number",
+    )
+    ray_address: Annotated[str, NOT_HASHED] = Field(
+        "", pattern=r"^(|auto|[A-Za-z0-9.\-]+:\d{1,5}|\[[0-9A-Fa-f:]+\]:\d{1,5})$",
+        description="an existing Ray cluster to join, as HOST:PORT of its head (the GCS port of `ray start --head`) "
+                    "or auto (the cluster started on this machine): Flower's Simulation Engine, and the cells of "
+                    "term-fl sweep, run on it; term-fl never stops it ('': a private Ray instance, started and "
+                    "stopped by term-fl)",
+    )
     reference: Annotated[list[StrategyName], NOT_HASHED] = Field(  # type: ignore[valid-type]
         default_factory=list,
         description="baseline strategies that `term-fl run` also runs, in order, on the same seed and settings "

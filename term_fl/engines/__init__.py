@@ -78,16 +78,28 @@ def run_scenario(
     """Run one scenario on the engine ``scenario.run.engine`` names (and, in-process, ``run.executor``).
 
     ``resume``: go on after a checkpoint of the scenario's run
-    (:func:`term_fl.federation.loop.run_federation`).
+    (:func:`term_fl.federation.loop.run_federation`). torch runs on
+    ``run.threads`` threads (0: as it is) for the run.
 
     Reads the settings of :mod:`term_fl.flower_internals` from the environment
     again (``TERM_FL_FLOWER_INTERNALS``, ``TERM_FL_FLOWER_PATCHES``): they hold
     for the run.
     """
-    from term_fl.federation.loop import run_federation
     from term_fl.flower_internals.gate import reload
+    from term_fl.learning.threads import pinned_threads
 
     reload()
+    with pinned_threads(scenario.run.threads):
+        return _run_on_engine(scenario, recorder, on_round, resume)
+
+
+def _run_on_engine(
+    scenario: Scenario,
+    recorder: Recorder | None,
+    on_round: Callable[[RoundRecord, int], None] | None,
+    resume: Checkpoint | None = None,
+) -> FederationResult:
+    from term_fl.federation.loop import run_federation
 
     if executor_of(scenario) != "sequential" and scenario.run.engine != "inprocess":
         raise ConfigError(
@@ -95,6 +107,11 @@ def run_scenario(
             f"{scenario.run.engine!r}): Flower's engine runs every client as its own ClientApp; use "
             "--engine inprocess (or --set run.engine=inprocess), or run.executor = 'sequential' or 'auto'"
         )
+    if scenario.run.ray_address and scenario.run.engine != "flower":
+        raise ConfigError(
+            f"run.ray_address = {scenario.run.ray_address!r} joins a Ray cluster for Flower's Simulation Engine, but "
+            f"run.engine = {scenario.run.engine!r} uses no Ray; use --engine flower, or leave run.ray_address empty "
+            "(term-fl sweep --ray-address runs in-process cells as Ray tasks on the cluster)")
     check_machine(scenario)
     dataset = dataset_for(scenario)
     num_nodes = dataset.num_devices

@@ -7,10 +7,11 @@ messages), the engine's node table (no query to every node) and the reuse
 of ClientApp actors across the simulations of a :func:`ray_session`.
 
 ``run_flower_simulation`` starts a private Ray instance (own temp folder, no
-usage stats, no dashboard), runs ``term_fl.federation.loop.run_federation`` as the
+usage stats, no dashboard), or joins the cluster of ``run.ray_address``
+(:mod:`term_fl.engines.ray_cluster`), runs ``term_fl.federation.loop.run_federation`` as the
 ServerApp and ``term_fl.clientapp.app.app`` on ``num_nodes`` virtual
-SuperNodes, and shuts Ray down afterwards, whatever happened, so nothing is
-left running. Ray is started here, not inside Flower, so that a Ray that
+SuperNodes, and shuts its private Ray down afterwards (from a joined
+cluster it disconnects), whatever happened, so nothing is left running. Ray is started here, not inside Flower, so that a Ray that
 cannot start, or cannot host one client, ends in one
 :class:`term_fl.common.errors.EngineStartError` naming the cause within seconds;
 an engine that stops during the run ends the server loop at once with an
@@ -48,6 +49,7 @@ from term_fl.clientapp.cache import app as client_app
 from term_fl.common.errors import EngineStartError
 from term_fl.common.extras import require
 from term_fl.config import Scenario
+from term_fl.engines.ray_cluster import check_address, join_args, pythonpath_env
 from term_fl.engines.stoppable import Stop, StoppableGrid
 from term_fl.engines.watchdog import orphan_guard
 from term_fl.federation.loop import (Checkpoint, FederationError, FederationResult, Recorder, RoundRecord,
@@ -114,6 +116,8 @@ def backend_config(scenario: Scenario, ray_temp_dir: str) -> dict[str, Any]:
     Flower's logger shows INFO (``term-fl -v``; Flower's default when used as
     a library), as Flower's own lines do.
     """
+    if scenario.run.ray_address:  # a cluster someone started: its resources and temp folder, not this machine's
+        return {"client_resources": client_resources(scenario), "init_args": join_args(scenario.run.ray_address)}
     cores = os.cpu_count() or 1
     verbose = logging.getLogger("flwr").isEnabledFor(logging.INFO)
     return {
@@ -155,16 +159,19 @@ def start_ray(scenario: Scenario, temp_dir: str) -> None:
     import ray
 
     resources = client_resources(scenario)
+    address = scenario.run.ray_address
+    if address:
+        check_address(address, "run.ray_address (--ray-address)")
     try:
         # The arguments Flower's RayBackend.init_ray would use (ray_session restores PYTHONPATH at its end).
-        pythonpath = os.pathsep.join(filter(None, [os.pathsep.join(sys.path), os.environ.get("PYTHONPATH")]))
-        os.environ["PYTHONPATH"] = pythonpath
+        pythonpath = pythonpath_env()
         with sigterm_handler_kept():
             ray.init(runtime_env={"env_vars": {"PYTHONPATH": pythonpath}},
                      **backend_config(scenario, temp_dir)["init_args"])
         cluster = ray.cluster_resources()
     except Exception as exc:
-        raise EngineStartError(f"Ray could not start: {_reason(exc)}. Try --engine inprocess.") from exc
+        where = f"could not join the cluster at run.ray_address = {address!r}" if address else "could not start"
+        raise EngineStartError(f"Ray {where}: {_reason(exc)}. Try --engine inprocess.") from exc
     cpus, gpus = cluster.get("CPU", 0.0), cluster.get("GPU", 0.0)
     if resources["num_cpus"] > cpus or resources["num_gpus"] > gpus:
         raise EngineStartError(
@@ -258,8 +265,11 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     last actors) are shut down once, at the end, and the environment gets
     its variables of before back (the session's and those Ray's ``init``
     sets, such as ``PYTHONBREAKPOINT``). Nested
-    sessions are no-ops. Raises :class:`EngineStartError` when Ray cannot
-    start (:func:`start_ray`).
+    sessions are no-ops. With ``run.ray_address`` the session joins that
+    cluster instead of starting Ray, and its end only disconnects: the
+    cluster, and what else runs on it, keep running. Raises
+    :class:`EngineStartError` when Ray cannot start or the cluster cannot be
+    joined (:func:`start_ray`).
     """
     require("sim", "ray", purpose=RAY_PURPOSE)
     if _session:
@@ -268,8 +278,9 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
     with environment_restored():
         for key, value in QUIET_ENV.items():
             os.environ.setdefault(key, value)
-        temp_dir = make_ray_temp_dir()
-        guard = orphan_guard(temp_dir)  # Ray's agents and workers outlive a driver killed with SIGKILL
+        # a joined cluster keeps its own temp folder; term-fl only disconnects from it at the end
+        temp_dir = "" if scenario.run.ray_address else make_ray_temp_dir()
+        guard = orphan_guard(*filter(None, [temp_dir]))  # Ray's agents and workers outlive a driver killed with SIGKILL
         watchdog = guard.__enter__()
         interrupted = False
         try:
@@ -286,7 +297,8 @@ def ray_session(scenario: Scenario) -> Iterator[None]:
             if watchdog is not None:
                 watchdog.keep = not stopped
             guard.__exit__(None, None, None)
-            shutil.rmtree(temp_dir, ignore_errors=True)
+            if temp_dir:
+                shutil.rmtree(temp_dir, ignore_errors=True)
 
 
 def actors_reused() -> int:

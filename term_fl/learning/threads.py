@@ -12,7 +12,7 @@ from contextlib import contextmanager
 
 import torch
 
-__all__ = ["single_threaded"]
+__all__ = ["pinned_threads", "single_threaded"]
 
 
 @contextmanager
@@ -31,3 +31,22 @@ def single_threaded() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@contextmanager
+def pinned_threads(threads: int) -> Iterator[None]:
+    """torch runs on ``threads`` threads inside the block (0: left as it is); the count of before comes back after.
+
+    A run's ``run.threads``: a sweep's cells each pin one thread, in a Ray
+    task as in the sweep's own process, so that no cell's torch spreads over
+    the cores the other cells run on.
+    """
+    before = torch.get_num_threads()
+    if threads <= 0 or threads == before:
+        yield
+        return
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
