@@ -358,7 +358,6 @@ def test_runs_as_table_json_and_csv_with_filters_and_full_ids(tmp_path, capsys):
 
 
 def test_runs_table_shows_the_newest_50_and_json_every_run(tmp_path, capsys, monkeypatch):
-    import term_fl.cli.commands as cli_module
     from test_dashboard import RUNS, build_store
 
     db = tmp_path / "r.db"
