@@ -1,4 +1,4 @@
-"""Hostile clients: a lying loss or huge weights, without and with the opt-in defences (term_fl.maths.robust)."""
+"""Hostile clients in term-fl's own engine: a lying loss, size or replayed reply, huge weights; with the defences."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.clientapp.app import app as client_app
 from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation.loop import Recorder, run_federation
-from term_fl.common.keys import TRAIN_LOSS_BEFORE
+from term_fl.common.keys import NUM_EXAMPLES, TRAIN_LOSS_BEFORE
 from term_fl.maths.robust import bounded_model, clip_losses, update_norm, update_scales
 
 HOSTILE = 0  # the partition that lies
@@ -19,14 +19,22 @@ HOSTILE = 0  # the partition that lies
 class HostileGrid(InProcessGrid):
     """Partition 0 trains honestly, then reports ``loss`` instead of its loss, or its weights x ``scale``."""
 
-    def __init__(self, *args, loss=None, scale=None, **kwargs):
+    def __init__(self, *args, loss=None, scale=None, size=None, replays=0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.loss, self.scale = loss, scale
+        self.loss, self.scale, self.size, self.replays = loss, scale, size, replays
+
+    def send_and_receive(self, messages, *, timeout=None):
+        replies = list(super().send_and_receive(messages, timeout=timeout))
+        hostile = [r for r in replies if self._contexts[r.metadata.src_node_id].node_config["partition-id"] == HOSTILE
+                   and r.metadata.message_type == "train"]
+        return replies + hostile * self.replays  # the same reply delivered again
 
     def _deliver(self, msg):
         reply = super()._deliver(msg)
         context = self._contexts[msg.metadata.dst_node_id]
         if msg.metadata.message_type == "train" and context.node_config["partition-id"] == HOSTILE:
+            if self.size is not None:
+                reply.content["metrics"][NUM_EXAMPLES] = self.size
             if self.loss is not None:
                 reply.content["metrics"][TRAIN_LOSS_BEFORE] = self.loss
             if self.scale is not None:
@@ -115,3 +123,31 @@ def test_a_defence_ratio_below_1_is_refused(override):
 
     with pytest.raises(ConfigError, match="strategy.(clip_loss|max_update_norm)"):
         small_scenario(override)
+
+
+@pytest.mark.parametrize("lie", [-1e300, 0.0])
+def test_terms_robust_mode_gives_a_low_lying_loss_at_most_a_median_clients_weight_by_default(lie):
+    undefended = weight_of_hostile(run("strategy.t=-2", "strategy.loss_transform=none", loss=lie))
+    assert max(undefended) > (0.999 if lie < 0 else 0.3)  # issue 22, finding 1: the liar took the round
+    defended = run("strategy.t=-2", loss=lie)
+    for record in defended:  # 6 clients a round: 2 honest ones at or below the median weigh as much as it can
+        assert record.tilted_weights[HOSTILE] <= 1 / 3 + 1e-12
+        assert record.status == "ok" and len(record.tilted_weights) == 6
+
+
+def test_a_size_other_than_the_partitions_is_excluded_in_terms_engine_and_the_round_goes_on():
+    rounds = run(size=1e300)
+    for record in rounds:
+        assert record.status == "ok" and HOSTILE not in record.tilted_weights
+        assert [(e["partition_id"], e["reason"].split(",")[0]) for e in record.excluded] == [
+            (HOSTILE, "reports num-examples = 1e+300")]
+    assert run()[-1].stats["test"]["pooled_mean"] > 0.5
+
+
+def test_a_replayed_reply_counts_once_in_terms_engine():
+    plain, replayed = run(), run(replays=2)
+    for a, b in zip(plain, replayed, strict=True):
+        assert a.tilted_weights == b.tilted_weights
+        assert [e["reason"] for e in b.excluded] == [
+            f"a second reply from node {e['node_id']} this round (one reply per node: the first is kept)"
+            for e in b.excluded] and len(b.excluded) == 2

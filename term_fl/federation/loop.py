@@ -139,6 +139,7 @@ def _rounds(
     # The scenario's strategy, sampling by partition-id; the seeded initial model
     strategy = build_scenario_strategy(scenario, num_devices)
     strategy.set_node_partitions(node_partitions)
+    strategy.set_partition_sizes(dict(enumerate(dataset.metadata["sizes"]["train"])))  # a reply's n_k is checked
     strategy.summary()
     arrays = initial_arrays(scenario, dataset)
     config = ConfigRecord({SCENARIO: scenario.to_json()})

@@ -58,6 +58,9 @@ class StrategySpec:
         name for it (``client_lr`` is Flower's ``client_learning_rate``,
         ``server_lr`` its ``server_learning_rate``); parameters keep the
         scenario's and the store's names.
+    tilt : str or None
+        The parameter whose negative value turns the "auto" loss transform on
+        (TERM's ``t``: :func:`.settings.resolve_loss_transform`).
     """
 
     name: str
@@ -68,6 +71,7 @@ class StrategySpec:
     shown: tuple[str, ...] = ()
     from_client: Mapping[str, str] = field(default_factory=dict)
     arguments: Mapping[str, str] = field(default_factory=dict)
+    tilt: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shown", tuple(dict.fromkeys((*self.tuned, *self.shown))))
@@ -109,7 +113,7 @@ STRATEGIES: dict[str, StrategySpec] = {
         StrategySpec("qffl", "q-FFL", "qffl:QFFL", "qffl:QFFLSettings", tuned=("q",), from_client={"client_lr": "lr"},
                      arguments={"client_lr": "client_learning_rate"}),
         StrategySpec("term", "TERM", "term:TermFedAvg", "term:TermSettings", tuned=("t",), shown=("lam",),
-                     arguments={"server_lr": "server_learning_rate"}),
+                     arguments={"server_lr": "server_learning_rate"}, tilt="t"),
         StrategySpec("afl", "AFL", "afl:AFL", "afl:AFLSettings", tuned=("lambda_lr",)),
         StrategySpec("median", "Median", "median:FedMedian", "median:MedianSettings"),
         StrategySpec("trimmed_mean", "Trimmed mean", "trimmed_mean:FedTrimmedAvg", "trimmed_mean:TrimmedMeanSettings",

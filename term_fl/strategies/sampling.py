@@ -122,8 +122,10 @@ class PartitionSampling(FlowerFedAvg):
         self.seed = seed
         self.evaluate_fraction = float(evaluate_fraction)
         self.current_arrays: ArrayRecord | None = None
+        self.partition_sizes: dict[int, float] | None = None
         self._sent: list[Message] = []
         self._sampler: PartitionSampler | None = None
+        self._warned_without_table = False
 
     def set_node_partitions(self, mapping: Mapping[int, int]) -> None:
         """Learn which partition each node holds (node_id -> partition_id).
@@ -132,6 +134,14 @@ class PartitionSampling(FlowerFedAvg):
         generator and send to their nodes.
         """
         self._sampler = PartitionSampler(mapping, self.seed)
+
+    def set_partition_sizes(self, sizes: Mapping[int, float]) -> None:
+        """Learn each partition's training size (partition id -> n): a reply that reports another is excluded.
+
+        term-fl's engines call it with the dataset's sizes (the server knows
+        them); a Flower app whose server knows them may too.
+        """
+        self.partition_sizes = {int(p): float(n) for p, n in sizes.items()}
 
     @property
     def node_partitions(self) -> dict[int, int] | None:
@@ -149,6 +159,7 @@ class PartitionSampling(FlowerFedAvg):
         """Sample partitions (seeded) and send them the global model."""
         self.current_arrays = arrays.copy()
         if self._sampler is None:
+            self._warn_without_table()
             return self._remember(super().configure_train(server_round, arrays, config, grid))
         config[SERVER_ROUND] = server_round
         total = len(self._sampler.node_of_partition)
@@ -166,6 +177,7 @@ class PartitionSampling(FlowerFedAvg):
     ) -> Iterable[Message]:
         """Sample ceil(evaluate_fraction * P) partitions (seeded) for evaluation."""
         if self._sampler is None:
+            self._warn_without_table()
             return self._remember(super().configure_evaluate(server_round, arrays, config, grid))
         config[SERVER_ROUND] = server_round
         count = len(self._sampler.connected(grid.get_node_ids()))
@@ -175,6 +187,18 @@ class PartitionSampling(FlowerFedAvg):
             return []
         partitions = self.sample_partitions(server_round, grid, size, stream=EVAL_SAMPLING)
         return self._messages_to_partitions(partitions, arrays, config, MessageType.EVALUATE, count)
+
+    def _warn_without_table(self) -> None:
+        """Say once that term-fl's sampling keywords wait for :meth:`set_node_partitions` (Flower samples until then)."""
+        given = [f"{name}={value!r}" for name, value, default in (
+            ("clients_per_round", self.clients_per_round, None), ("seed", self.seed, 0),
+            ("evaluate_fraction", self.evaluate_fraction, 1.0)) if value != default]
+        if given and not self._warned_without_table:
+            self._warned_without_table = True
+            log(WARNING, "%s: %s take effect once set_node_partitions was called (the partition of each node: "
+                "term_fl.plugin.partitions.node_partitions(grid) learns it); until then Flower's unseeded sampling "
+                "by fraction_train / fraction_evaluate / min_train_nodes applies", type(self).__name__,
+                ", ".join(given))
 
     def _messages_to_partitions(
         self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord, message_type: str, total: int
