@@ -2,47 +2,22 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from conftest import small_scenario
-from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.clientapp.app import app as client_app
-from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation.loop import Recorder, run_federation
-from term_fl.common.keys import NUM_EXAMPLES, TRAIN_LOSS_BEFORE
 from term_fl.maths.robust import bounded_model, clip_losses, update_norm, update_scales
 
-HOSTILE = 0  # the partition that lies
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-
-class HostileGrid(InProcessGrid):
-    """Partition 0 trains honestly, then reports ``loss`` instead of its loss, or its weights x ``scale``."""
-
-    def __init__(self, *args, loss=None, scale=None, size=None, replays=0, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.loss, self.scale, self.size, self.replays = loss, scale, size, replays
-
-    def send_and_receive(self, messages, *, timeout=None):
-        replies = list(super().send_and_receive(messages, timeout=timeout))
-        hostile = [r for r in replies if self._contexts[r.metadata.src_node_id].node_config["partition-id"] == HOSTILE
-                   and r.metadata.message_type == "train"]
-        return replies + hostile * self.replays  # the same reply delivered again
-
-    def _deliver(self, msg):
-        reply = super()._deliver(msg)
-        context = self._contexts[msg.metadata.dst_node_id]
-        if msg.metadata.message_type == "train" and context.node_config["partition-id"] == HOSTILE:
-            if self.size is not None:
-                reply.content["metrics"][NUM_EXAMPLES] = self.size
-            if self.loss is not None:
-                reply.content["metrics"][TRAIN_LOSS_BEFORE] = self.loss
-            if self.scale is not None:
-                arrays = from_array_record(reply.content["arrays"])
-                with np.errstate(over="ignore"):  # weights of the wrecked global model x 1e30 overflow to inf
-                    scaled = {k: v * np.float32(self.scale) for k, v in arrays.items()}
-                reply.content["arrays"] = to_array_record(scaled)
-        return reply
+from benchmarks.hostile_table import HOSTILE, HostileGrid  # noqa: E402 (the grid with a liar, shared)
 
 
 class Rounds(Recorder):
@@ -151,3 +126,29 @@ def test_a_replayed_reply_counts_once_in_terms_engine():
         assert [e["reason"] for e in b.excluded] == [
             f"a second reply from node {e['node_id']} this round (one reply per node: the first is kept)"
             for e in b.excluded] and len(b.excluded) == 2
+
+
+def test_hostile_tables_mean_and_standard_error_match_a_hand_computation():
+    from benchmarks.hostile_table import mean_se
+
+    mean, se = mean_se([0.8, 0.9, 1.0, float("nan")])  # NaN (no weight: never aggregated) is left out
+    assert mean == pytest.approx(0.9) and se == pytest.approx(0.1 / np.sqrt(3))
+    assert all(np.isnan(v) for v in mean_se([float("nan")]))
+    assert mean_se([0.5])[0] == 0.5 and np.isnan(mean_se([0.5])[1])
+
+
+def test_hostile_table_cell_counts_a_replayed_reply_once():
+    from benchmarks.hostile_table import ATTACKS, STRATEGIES, run_cell
+
+    plain = run_cell(ATTACKS["none"], STRATEGIES["FedAvg"], seed=3, rounds=2)  # seed 3 samples partition 0
+    replayed = run_cell(ATTACKS["reply delivered 3 times"], STRATEGIES["FedAvg"], seed=3, rounds=2)
+    assert 0.0 < plain["liar_weight"] < 0.5 and 0.0 < plain["clean_mean"] <= 1.0
+    assert replayed == plain
+
+
+def test_hostile_table_refuses_zero_jobs():
+    from benchmarks.hostile_table import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--jobs", "0"])
+    assert exc.value.code == 2

@@ -240,7 +240,8 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
                               (f"the scores of loss_transform = {self.loss_transform}", "a smaller loss_clip"))
             log(WARNING, "TermFedAvg(t=%g): one client held nearly all of the weight in %d rounds in a row (effective "
                 "number of clients 1 / sum p_k^2 = %.3g in round %d, below %g): t is in the units of %s, and "
-                "exp(t F_k) puts the round on one client. Choose a smaller |t|, or %s: TermFedAvg's docstring, "
+                "exp(t F_k) puts the round on one client. If that is not meant (early rounds, whose losses "
+                "differ most, may do it and pass), choose a smaller |t|, or %s: TermFedAvg's docstring, "
                 "'Choosing t'.", self.t, self._concentrated_rounds, effective, server_round, CONCENTRATED_CLIENTS,
                 units, way_out)
 

@@ -36,9 +36,10 @@ __all__ = ["one_reply_each", "trusted_replies"]
 
 
 def _partition_problem(
-    node: int, partition: int | None, node_partitions: Mapping[int, int] | None, require_partition: bool
+    node: int, partition: int | None, node_partitions: Mapping[int, int] | None, holders: Mapping[int, int],
+    require_partition: bool,
 ) -> str | None:
-    """Why a reply's partition id contradicts the node table (rules 2 and 5), or None."""
+    """Why a reply's partition id contradicts the node table (rules 2 and 5), or None; ``holders``: partition -> node."""
     if require_partition and partition is None:
         return "no usable partition-id (an integer) in its metrics"
     if node_partitions is None:
@@ -46,10 +47,9 @@ def _partition_problem(
     held = node_partitions.get(node)
     if held is not None and partition is not None and partition != held:
         return f"reports partition-id {partition}, but node {node} holds partition {held}"
-    if held is None and partition is not None and partition in node_partitions.values():
-        owner = next(n for n, p in node_partitions.items() if p == partition)
-        return f"reports partition-id {partition}, which node {owner} holds"
-    if require_partition and partition not in node_partitions.values():
+    if held is None and partition is not None and partition in holders:
+        return f"reports partition-id {partition}, which node {holders[partition]} holds"
+    if require_partition and partition not in holders:
         return f"partition-id {partition} is not in the partition table (set_node_partitions)"
     return None
 
@@ -89,9 +89,12 @@ def one_reply_each(  # noqa: PLR0913
             reasons[k] = f"a second reply from node {node} this round (one reply per node: the first is kept)"
         seen.add(node)
     # 2, 5. The node table: each node speaks for its own partition
+    holders: dict[int, int] = {}  # partition -> the first node the table gives it
+    for node, partition in (node_partitions or {}).items():
+        holders.setdefault(partition, node)
     for k, (node, partition) in enumerate(zip(node_ids, partitions, strict=True)):
         if reasons[k] is None:
-            reasons[k] = _partition_problem(node, partition, node_partitions, require_partition)
+            reasons[k] = _partition_problem(node, partition, node_partitions, holders, require_partition)
     # 3. One reply per partition: a partition two nodes claim is left out of the round
     claimants: dict[int, list[int]] = {}
     for node, partition, reason in zip(node_ids, partitions, reasons, strict=True):
