@@ -172,6 +172,7 @@ def _rounds(
     strategy = build_scenario_strategy(scenario, num_devices)
     sizes = dict(enumerate(dataset.metadata["sizes"]["train"]))  # n_k, for sampling = "size"
     strategy.set_node_partitions(node_partitions, sizes)
+    strategy.set_partition_sizes(sizes)  # and a reply's n_k is checked against it
     strategy.summary()
     arrays = initial_arrays(scenario, dataset)
     config = ConfigRecord({SCENARIO: scenario.to_json()})
@@ -222,5 +223,5 @@ def _rejoin(
     """:func:`rejoin_nodes`, and the strategy told when the node table changed."""
     rejoined = rejoin_nodes(grid, node_partitions, expected, timeout)
     if rejoined is not node_partitions:
-        strategy.set_node_partitions(rejoined, strategy.partition_sizes)
+        strategy.set_node_partitions(rejoined, strategy.sampling_sizes)
     return rejoined
