@@ -29,7 +29,10 @@ def record(k: int, mean: float = 0.5, worst: float = 0.25, status: str = "ok", e
     "overrides, words",
     [
         (["strategy.name=term", "strategy.t=-2", "strategy.lam=0.5"],
-         "TERM: t=-2, lam=0.5, base_weighting=num_examples, loss_reduction=mean, server_lr=1"),
+         "TERM: t=-2, lam=0.5, base_weighting=num_examples, loss_reduction=mean, server_lr=1, "
+         "loss_transform=median_mad, loss_clip=3"),  # t < 0: the default transform is named
+        (["strategy.name=term", "strategy.t=2"],
+         "TERM: t=2, lam=1, base_weighting=num_examples, loss_reduction=mean, server_lr=1"),
         (["strategy.name=qffl", "strategy.q=5", "client.lr=0.05"], "q-FFL: q=5, loss_reduction=mean, client_lr=0.05"),
         (["strategy.name=fedavg"], "FedAvg"),
         (["strategy.name=fedavg", "client.tau=-1"], "FedAvg: tau=-1"),  # a client-side tilt is named

@@ -112,9 +112,11 @@ def test_strategies_import_construct_and_aggregate_without_flowers_private_modul
     assert got["fast"] is (version == "")  # the nightly takes Flower's public paths
     assert set(got["models"]) == set(unblocked["models"]) and got["models"]
     assert got["models"] == unblocked["models"]  # the same numbers
-    # what the strategies load of term_fl.flower_internals: the gate, the codec, the records; no patch module
+    # what the strategies load of term_fl.flower_internals: the gate, the codec, the records, the DP-wrapper check
+    # (Flower's public names only); no patch module
     assert set(got["flower_internals"]) <= {"term_fl.flower_internals", "term_fl.flower_internals.gate",
-                                            "term_fl.flower_internals.codec", "term_fl.flower_internals.records"}
+                                            "term_fl.flower_internals.codec", "term_fl.flower_internals.records",
+                                            "term_fl.flower_internals.dp_wrappers"}
 
 
 def test_the_inprocess_engine_names_the_missing_identity_in_one_error():

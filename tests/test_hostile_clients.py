@@ -1,40 +1,23 @@
-"""Hostile clients: a lying loss or huge weights, without and with the opt-in defences (term_fl.maths.robust)."""
+"""Hostile clients in term-fl's own engine: a lying loss, size or replayed reply, huge weights; with the defences."""
 
 from __future__ import annotations
+
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from conftest import small_scenario
-from term_fl.flower_internals import from_array_record, to_array_record
 from term_fl.clientapp.app import app as client_app
-from term_fl.engines.inprocess import InProcessGrid
 from term_fl.federation.loop import Recorder, run_federation
-from term_fl.common.keys import TRAIN_LOSS_BEFORE
 from term_fl.maths.robust import bounded_model, clip_losses, update_norm, update_scales
 
-HOSTILE = 0  # the partition that lies
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
-
-class HostileGrid(InProcessGrid):
-    """Partition 0 trains honestly, then reports ``loss`` instead of its loss, or its weights x ``scale``."""
-
-    def __init__(self, *args, loss=None, scale=None, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.loss, self.scale = loss, scale
-
-    def _deliver(self, msg):
-        reply = super()._deliver(msg)
-        context = self._contexts[msg.metadata.dst_node_id]
-        if msg.metadata.message_type == "train" and context.node_config["partition-id"] == HOSTILE:
-            if self.loss is not None:
-                reply.content["metrics"][TRAIN_LOSS_BEFORE] = self.loss
-            if self.scale is not None:
-                arrays = from_array_record(reply.content["arrays"])
-                with np.errstate(over="ignore"):  # weights of the wrecked global model x 1e30 overflow to inf
-                    scaled = {k: v * np.float32(self.scale) for k, v in arrays.items()}
-                reply.content["arrays"] = to_array_record(scaled)
-        return reply
+from benchmarks.hostile_table import HOSTILE, HostileGrid  # noqa: E402 (the grid with a liar, shared)
 
 
 class Rounds(Recorder):
@@ -115,3 +98,57 @@ def test_a_defence_ratio_below_1_is_refused(override):
 
     with pytest.raises(ConfigError, match="strategy.(clip_loss|max_update_norm)"):
         small_scenario(override)
+
+
+@pytest.mark.parametrize("lie", [-1e300, 0.0])
+def test_terms_robust_mode_gives_a_low_lying_loss_at_most_a_median_clients_weight_by_default(lie):
+    undefended = weight_of_hostile(run("strategy.t=-2", "strategy.loss_transform=none", loss=lie))
+    assert max(undefended) > (0.999 if lie < 0 else 0.3)  # issue 22, finding 1: the liar took the round
+    defended = run("strategy.t=-2", loss=lie)
+    for record in defended:  # 6 clients a round: 2 honest ones at or below the median weigh as much as it can
+        assert record.tilted_weights[HOSTILE] <= 1 / 3 + 1e-12
+        assert record.status == "ok" and len(record.tilted_weights) == 6
+
+
+def test_a_size_other_than_the_partitions_is_excluded_in_terms_engine_and_the_round_goes_on():
+    rounds = run(size=1e300)
+    for record in rounds:
+        assert record.status == "ok" and HOSTILE not in record.tilted_weights
+        assert [(e["partition_id"], e["reason"].split(",")[0]) for e in record.excluded] == [
+            (HOSTILE, "reports num-examples = 1e+300")]
+    assert run()[-1].stats["test"]["pooled_mean"] > 0.5
+
+
+def test_a_replayed_reply_counts_once_in_terms_engine():
+    plain, replayed = run(), run(replays=2)
+    for a, b in zip(plain, replayed, strict=True):
+        assert a.tilted_weights == b.tilted_weights
+        assert [e["reason"] for e in b.excluded] == [
+            f"a second reply from node {e['node_id']} this round (one reply per node: the first is kept)"
+            for e in b.excluded] and len(b.excluded) == 2
+
+
+def test_hostile_tables_mean_and_standard_error_match_a_hand_computation():
+    from benchmarks.hostile_table import mean_se
+
+    mean, se = mean_se([0.8, 0.9, 1.0, float("nan")])  # NaN (no weight: never aggregated) is left out
+    assert mean == pytest.approx(0.9) and se == pytest.approx(0.1 / np.sqrt(3))
+    assert all(np.isnan(v) for v in mean_se([float("nan")]))
+    assert mean_se([0.5])[0] == 0.5 and np.isnan(mean_se([0.5])[1])
+
+
+def test_hostile_table_cell_counts_a_replayed_reply_once():
+    from benchmarks.hostile_table import ATTACKS, STRATEGIES, run_cell
+
+    plain = run_cell(ATTACKS["none"], STRATEGIES["FedAvg"], seed=3, rounds=2)  # seed 3 samples partition 0
+    replayed = run_cell(ATTACKS["reply delivered 3 times"], STRATEGIES["FedAvg"], seed=3, rounds=2)
+    assert 0.0 < plain["liar_weight"] < 0.5 and 0.0 < plain["clean_mean"] <= 1.0
+    assert replayed == plain
+
+
+def test_hostile_table_refuses_zero_jobs():
+    from benchmarks.hostile_table import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--jobs", "0"])
+    assert exc.value.code == 2

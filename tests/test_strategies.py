@@ -120,10 +120,10 @@ def decode(record: ArrayRecord) -> dict[str, np.ndarray]:
     return {k: v.numpy() for k, v in record.items()}
 
 
-def ready(strategy: FedAvg, server_round: int = 1, arrays: ArrayRecord | None = None):
-    """Run configure_train on a fake grid so the strategy holds the global model."""
-    grid = FakeGrid([c[0] for c in CLIENTS])
-    strategy.set_node_partitions({c[0]: c[1] for c in CLIENTS})
+def ready(strategy: FedAvg, server_round: int = 1, arrays: ArrayRecord | None = None, clients=CLIENTS):
+    """Run configure_train on a fake grid of ``clients`` so the strategy holds the global model."""
+    grid = FakeGrid([c[0] for c in clients])
+    strategy.set_node_partitions({c[0]: c[1] for c in clients})
     list(strategy.configure_train(server_round, arrays or global_record(), ConfigRecord(), grid))
     return strategy
 
@@ -290,8 +290,8 @@ def test_running_estimate_with_lam_below_one_matches_naive_recomputation_over_tw
         np.testing.assert_allclose(arrays[key].numpy(), w[key] - eta * update, atol=1e-6)
 
 
-def test_negative_t_downweights_the_high_loss_client():
-    strategy = ready(TermFedAvg(t=-2.0))
+def test_negative_t_on_raw_losses_downweights_the_high_loss_client():
+    strategy = ready(TermFedAvg(t=-2.0, loss_transform="none"))
     strategy.aggregate_train(1, replies())
     report = strategy.last_round
     n = report.num_examples / report.num_examples.sum()
@@ -304,9 +304,9 @@ def test_negative_t_downweights_the_high_loss_client():
 @pytest.mark.parametrize("t", [500.0, -500.0])
 def test_large_tilt_with_losses_near_100_stays_finite(t):
     clients = [(1, 0, 10, 100.0, 1e3), (2, 1, 20, 103.0, 2e3), (3, 2, 30, 97.0, 3e3)]
-    strategy = ready(TermFedAvg(t=t, lam=0.5))
+    strategy = ready(TermFedAvg(t=t, lam=0.5), clients=clients)
     for server_round in (1, 2):
-        ready(strategy, server_round)
+        ready(strategy, server_round, clients=clients)
         arrays, _ = strategy.aggregate_train(server_round, replies(clients))
         assert all(np.all(np.isfinite(a.numpy())) for a in arrays.values())
         assert np.all(np.isfinite(strategy.last_round.weights))
@@ -476,15 +476,18 @@ def test_afl_keeps_lambda_through_a_failed_round_and_needs_the_partitions():
     assert strategy.aggregate_train(2, [error_reply(c[0]) for c in CLIENTS]) == (None, None)
     assert strategy.last_round.failed and strategy.last_round.diagnostics["mixture_weights"] == lam
     unmapped = AFL()
-    list(unmapped.configure_train(1, global_record(), ConfigRecord(), FakeGrid([c[0] for c in CLIENTS])))
-    with pytest.raises(AggregationError, match="call set_node_partitions"):
-        unmapped.aggregate_train(1, replies())
+    with pytest.raises(AggregationError, match="call set_node_partitions") as error:
+        unmapped.configure_train(1, global_record(), ConfigRecord(), FakeGrid([c[0] for c in CLIENTS]))
+    assert "'partition-id'" in str(error.value) and "node_partitions(grid" in str(error.value)
 
 
-def test_afl_refuses_a_partition_it_was_not_told_of():
+def test_afl_excludes_a_partition_it_was_not_told_of_and_aggregates_the_rest(caplog):
     strategy = ready(AFL())
-    with pytest.raises(AggregationError, match=r"partitions \[7\]"):
-        strategy.aggregate_train(1, replies([(17, 0, 10, 0.3, 3.0), (18, 7, 10, 0.3, 3.0)]))
+    arrays, _ = strategy.aggregate_train(1, replies([(17, 0, 10, 0.3, 3.0), (18, 7, 10, 0.3, 3.0)]))
+    assert arrays is not None and strategy.last_round.partition_ids == [0]
+    assert [(e.node_id, e.partition_id) for e in strategy.last_round.excluded] == [(18, 7)]
+    assert "partition-id 7 is not in the partition table" in strategy.last_round.excluded[0].reason
+    assert "excluding reply from node 18 (partition 7)" in caplog.text
 
 
 # --- determinism and reports ------------------------------------------------

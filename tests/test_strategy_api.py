@@ -112,11 +112,15 @@ def test_fedavg_records_the_loss_when_sent_nan_otherwise():
     assert strategy.last_round.excluded == []
 
 
-def test_fedavg_logs_f_k_only_for_replies_that_sent_it(caplog):
-    with caplog.at_level("INFO", logger="flwr"):
+def test_fedavg_logs_f_k_only_for_replies_that_sent_it_at_debug_and_one_info_line_per_round(caplog):
+    with caplog.at_level("DEBUG", logger="flwr"):
         aggregate(FedAvg(), [{"num-examples": 1, "train_loss_before": 0.25}, {"num-examples": 3}])
-    lines = [r.getMessage() for r in caplog.records if "> node" in r.getMessage()]
-    assert lines == ["\t> node 10 (partition -1): F_k = 0.25, weight 0.25", "\t> node 11 (partition -1): weight 0.75"]
+    lines = [(r.levelname, r.getMessage()) for r in caplog.records if "> node" in r.getMessage()]
+    assert lines == [("DEBUG", "\t> node 10 (no partition-id): F_k = 0.25, weight 0.25"),
+                     ("DEBUG", "\t> node 11 (no partition-id): weight 0.75")]
+    rounds = [r.getMessage() for r in caplog.records if r.levelname == "INFO" and "round 1:" in r.getMessage()]
+    assert rounds == ["aggregate_train: round 1: 2 replies aggregated, 0 excluded; weights 0.25..0.75, "
+                      "effective clients 1.6"]
 
 
 NEEDS_LOSS = {

@@ -46,6 +46,7 @@ from .scenario import (
     check_fits_dataset,
     clients_per_round_message,
     executor_of,
+    loss_transform_of,
 )
 from .sweeps import BASELINE, baseline_hash, reference_scenario, reference_scenarios, sweep_cells, with_overrides
 from .tables import ClientConfig, ResourcesConfig, RunConfig, SelectionConfig, Table
@@ -80,6 +81,7 @@ __all__ = [
     "file_digest",
     "hashed_settings",
     "load_scenario",
+    "loss_transform_of",
     "packaged_scenario_text",
     "parse_overrides",
     "parse_value",

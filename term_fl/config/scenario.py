@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any
 
@@ -11,12 +12,13 @@ from term_fl.common.errors import ConfigError
 from term_fl.common.settings import NOT_HASHED
 from term_fl.data.registry import DATASETS, check_data_size
 from term_fl.strategies.registry import COMMON_SETTINGS, STRATEGIES
+from term_fl.strategies.settings import resolve_loss_transform
 
 from .choices import DataConfig, ModelConfig, StrategyConfig
 from .tables import ClientConfig, ResourcesConfig, RunConfig, SelectionConfig, Table
 
-__all__ = ["COMPILED_MODELS", "DEFAULT_SCENARIO", "NAME_PATTERN", "NAME_RULE", "Scenario", "check_fits_dataset",
-           "executor_of",
+__all__ = ["COMPILED_MODELS", "DEFAULT_SCENARIO", "DEFENCE_RATIOS", "NAME_PATTERN", "NAME_RULE", "Scenario",
+           "check_fits_dataset", "executor_of", "loss_transform_of",
            "clients_per_round_message"]
 
 DEFAULT_SCENARIO = "default"
@@ -70,12 +72,24 @@ class Scenario(Table):
         return self.run.name or self.name
 
     def strategy_params(self) -> dict[str, Any]:
-        """The parameters that shape the chosen strategy (its class's arguments), and the client-side tilt tau."""
+        """The parameters that shape the chosen strategy (its class's arguments), and the client-side tilt tau.
+
+        The shared settings count only where they act, so that earlier hashes
+        and labels stay as they were: a defence when on, the loss transform
+        as :func:`loss_transform_of` resolves it when not "none" (with its
+        ``loss_clip`` for "median_mad"): a TERM run with t < 0 and the
+        default transform hashes apart from the runs before the transform.
+        """
         params = STRATEGIES[self.strategy.name].params(self.strategy.settings, self.client)
         params["tau"] = self.client.tau
-        for defence in COMMON_SETTINGS.model_fields:  # only when on: earlier hashes and labels stay as they were
+        for defence in DEFENCE_RATIOS:
             if getattr(self.strategy, defence):
                 params[defence] = getattr(self.strategy, defence)
+        transform = loss_transform_of(self)
+        if transform != "none":
+            params["loss_transform"] = transform
+            if transform == "median_mad":
+                params["loss_clip"] = self.strategy.loss_clip
         return params
 
     def to_json(self) -> str:
@@ -83,11 +97,35 @@ class Scenario(Table):
 
     @classmethod
     def from_json(cls, text: str) -> Scenario:
-        return cls.model_validate_json(text)
+        """A scenario from its JSON (a run's config.json, the scenario sent to clients).
+
+        JSON written before ``strategy.loss_transform`` existed is a run that
+        transformed no loss: it reads as ``"none"`` (not the "auto" default),
+        so its hash stays the one it was stored with.
+        """
+        data = json.loads(text)
+        strategy = data.get("strategy") if isinstance(data, dict) else None
+        if isinstance(strategy, dict) and "loss_transform" not in strategy:
+            strategy["loss_transform"] = "none"
+        return cls.model_validate(data)
 
 
 COMPILED_MODELS = ("linear_svm", "logreg")
 """The models ``run.executor = "auto"`` trains with the compiled executor on the in-process engine."""
+
+
+DEFENCE_RATIOS = ("clip_loss", "max_update_norm", "max_size_ratio")
+"""The shared settings that are off at 0 (the others of ``COMMON_SETTINGS``: ``loss_transform``, ``loss_clip``)."""
+
+
+def loss_transform_of(scenario: Scenario) -> str:
+    """The loss transform a run of ``scenario`` applies: "none" for a strategy that reads no loss, else
+    ``strategy.loss_transform`` with "auto" resolved (median_mad for TERM with t < 0)."""
+    spec = STRATEGIES[scenario.strategy.name]
+    if not spec.strategy.needs_loss:
+        return "none"
+    tilt = getattr(scenario.strategy.settings, spec.tilt) if spec.tilt else None
+    return resolve_loss_transform(scenario.strategy.loss_transform, tilt)
 
 
 def executor_of(scenario: Scenario) -> str:

@@ -196,6 +196,7 @@ def _rounds(
     strategy = build_scenario_strategy(scenario, num_devices)
     sizes = dict(enumerate(dataset.metadata["sizes"]["train"]))  # n_k, for sampling = "size"
     strategy.set_node_partitions(node_partitions, sizes)
+    strategy.set_partition_sizes(sizes)  # and a reply's n_k is checked against it
     strategy.summary()
     arrays = initial_arrays(scenario, dataset)
     config = ConfigRecord({SCENARIO: scenario.to_json()})
@@ -252,5 +253,5 @@ def _rejoin(grid: Grid, strategy: FedAvg, node_partitions: dict[int, int], expec
     when the node table changed."""
     rejoined = rejoin_nodes(grid, node_partitions, expected, run.round_timeout, wait_s=run.node_timeout)
     if rejoined is not node_partitions:
-        strategy.set_node_partitions(rejoined, strategy.partition_sizes)
+        strategy.set_node_partitions(rejoined, strategy.sampling_sizes)
     return rejoined

@@ -15,7 +15,10 @@ concern per module, and every private use asks :mod:`.gate` first:
 - :mod:`.dispatcher` (opt-in patch ``dispatcher``): :func:`linear_dispatcher`;
 - :mod:`.node_table` (opt-in patch ``node-table``): :func:`simulation_node_table`;
 - :mod:`.actors` (opt-in patch ``actor-reuse``): :func:`reusing_client_actors`,
-  :func:`kill_actors`.
+  :func:`kill_actors`;
+- :mod:`.dp_wrappers` (public names, Flower's call structure):
+  :func:`calling_dp_wrapper`, :func:`refuse_under_dp_wrapper`: whether a
+  strategy runs inside one of Flower's differential-privacy wrappers.
 
 A **fast path** is on only on Flower :data:`SUPPORTED` (and not with
 ``TERM_FL_FLOWER_INTERNALS=off``); elsewhere the same function calls
@@ -43,6 +46,7 @@ if TYPE_CHECKING:
     from .actors import ActorReuse, kill_actors, reusing_client_actors
     from .codec import from_array, from_array_record, metric_record, to_array, to_array_record
     from .dispatcher import LOCK_SHARE, POLL_S, add_messages_to_queue, dispatcher_wanted, linear_dispatcher
+    from .dp_wrappers import DP_WRAPPERS, calling_dp_wrapper, refuse_under_dp_wrapper
     from .gate import (
         DISCOVERY_ENV,
         DISPATCHER_ENV,
@@ -67,6 +71,7 @@ _HOMES = {
     "actors": ("ActorReuse", "kill_actors", "reusing_client_actors"),
     "codec": ("from_array", "from_array_record", "metric_record", "to_array", "to_array_record"),
     "dispatcher": ("LOCK_SHARE", "POLL_S", "add_messages_to_queue", "dispatcher_wanted", "linear_dispatcher"),
+    "dp_wrappers": ("DP_WRAPPERS", "calling_dp_wrapper", "refuse_under_dp_wrapper"),
     "gate": ("DISCOVERY_ENV", "DISPATCHER_ENV", "INTERNALS_ENV", "PATCHES", "PATCHES_ENV", "SUPPORTED",
              "FlowerInternalsError", "Settings", "fast_paths", "override", "patch_on", "reload", "settings"),
     "identity": ("empty_run", "preserved_identity", "serverapp_identity", "set_message_id"),

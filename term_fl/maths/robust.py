@@ -3,7 +3,7 @@
 TERM with t > 0 gives a device weight proportional to exp(t F_k): a client
 that reports a huge loss F_k takes (nearly) all the weight, and its model
 becomes the global model. Any weighted average also takes in a model whose
-weights are huge. Two defences, each relative to the round's median so
+weights are huge. Three defences, each relative to the round's median so
 that they need no scale of their own:
 
 - **loss clipping** (``clip_loss = c``): a reported loss above c times the
@@ -14,8 +14,12 @@ that they need no scale of their own:
   Delta_k = w_k - w whose L2 norm exceeds b times the round's median update
   norm is scaled down to that norm (norm bounding, as in Sun et al., "Can
   You Really Backdoor Federated Learning?", 2019).
+- **size capping** (``max_size_ratio = r``): a reported number of examples
+  above r times the round's median is lowered to r x median before any
+  strategy weighs by it, so a client that reports n_k = 1e300 counts at
+  most r median clients.
 
-Both are off (0) by default: they change what honest but unusual devices
+All three are off (0) by default: they change what honest but unusual devices
 contribute (a device that is much worse than the others is exactly what
 TERM with t > 0 is meant to lift), so turn them on where clients may lie.
 """
@@ -27,13 +31,28 @@ from numpy.typing import NDArray
 
 
 def clip_losses(losses: NDArray[np.float64], ratio: float) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
-    """Losses above ``ratio`` x the median lowered to it; and which were clipped. ``ratio`` 0 clips nothing."""
+    """Losses above ``ratio`` x the median lowered to it; and which were clipped.
+
+    ``ratio`` 0 clips nothing, and so does a round whose median loss is not
+    positive (``ratio`` x a negative median lies below the median and would
+    clip every loss to one value; the loss transform "median_mad" has no sign).
+    """
     losses = np.asarray(losses, dtype=np.float64)
-    if ratio <= 0 or losses.size == 0:
+    if ratio <= 0 or losses.size == 0 or not float(np.median(losses)) > 0.0:
         return losses, np.zeros(losses.shape, dtype=bool)
     cap = ratio * float(np.median(losses))
     clipped = losses > cap
     return np.where(clipped, cap, losses), clipped
+
+
+def cap_sizes(sizes: NDArray[np.float64], ratio: float) -> tuple[NDArray[np.float64], NDArray[np.bool_]]:
+    """Sizes above ``ratio`` x the median lowered to it; and which were capped. ``ratio`` 0 caps nothing."""
+    sizes = np.asarray(sizes, dtype=np.float64)
+    if ratio <= 0 or sizes.size == 0:
+        return sizes, np.zeros(sizes.shape, dtype=bool)
+    cap = ratio * float(np.median(sizes))
+    capped = sizes > cap
+    return np.where(capped, cap, sizes), capped
 
 
 def update_scales(norms: NDArray[np.float64], ratio: float) -> NDArray[np.float64]:

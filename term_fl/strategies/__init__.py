@@ -8,7 +8,8 @@ function: :mod:`.fedavg_uniform`, :mod:`.qffl`, :mod:`.term`, :mod:`.afl`,
 :mod:`.median`, :mod:`.trimmed_mean`, :mod:`.krum`), :mod:`.aggregation`
 (what a round function sees and decides), :mod:`.stacked` (a round's models,
 decoded once), :mod:`.replies` (reading and filtering replies),
-:mod:`.defences` (the opt-in defences), :mod:`.arithmetic` (the update rule),
+:mod:`.trust` (one reply per node and partition), :mod:`.defences` (the defences),
+:mod:`.arithmetic` (the update rule),
 :mod:`.sampling` (seeded sampling by partition-id), :mod:`.reports` (what a
 round reports), :mod:`.settings` (validated parameters).
 """

@@ -27,10 +27,13 @@ kept unchanged: no sampled device carries weight.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from logging import INFO, WARNING
 from typing import Any
 
 import numpy as np
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.serverapp import Grid
 from flwr.serverapp.exception import AggregationError
 from flwr.supercore import log
 from numpy.typing import ArrayLike, NDArray
@@ -39,6 +42,7 @@ from pydantic import Field
 from term_fl.common.arrays import finite_vector
 
 from .fedavg import Aggregation, FedAvg, RoundInputs
+from .replies import PARTITION_HELPER
 from .reports import Diagnostics
 from .settings import Settings
 
@@ -105,7 +109,12 @@ class AFL(FedAvg):
     devices and ``last_round.diagnostics["mixture_weights"]`` lambda over every
     partition, in partition order (:attr:`mixture_weights`). AFL needs every
     device's partition id: call :meth:`set_node_partitions` before the first
-    round (term-fl's server loop does).
+    round (term-fl's server loop does; a Flower app learns the table with
+    :func:`term_fl.plugin.partitions.node_partitions`), and each train reply
+    carries its ``partition-id``. Without the table ``configure_train`` is an
+    error; a round in which no reply carries a partition id is an error; a
+    reply without one, or with one outside the table, is excluded with a
+    warning and the others aggregated.
 
     Parameters
     ----------
@@ -117,6 +126,8 @@ class AFL(FedAvg):
     """
 
     needs_loss = True
+    needs_partition = True
+    dp_weights = "AFL's mixture weights lambda_k, moved by each client's loss"
 
     def __init__(self, *, lambda_lr: float = 0.01, **kwargs: Any) -> None:
         settings = AFLSettings.of(type(self).__name__, lambda_lr=lambda_lr)
@@ -133,10 +144,18 @@ class AFL(FedAvg):
     def _partitions(self) -> list[int]:
         if self.node_partitions is None:
             raise AggregationError(
-                "AFL keeps a mixture weight for every device: call set_node_partitions({node_id: "
-                "partition_id}) before the first round."
+                "AFL keeps a mixture weight for every partition and reads each reply's partition from the metric "
+                f"'{self.partition_key}', so it needs the partition table (which node holds which partition-id) "
+                f"before the first round: call set_node_partitions. {PARTITION_HELPER}"
             )
         return sorted(self.node_partitions.values())
+
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Refuse to train without the partition table (AFL would exclude every reply); then sample and send."""
+        self._partitions()
+        return super().configure_train(server_round, arrays, config, grid)
 
     def train_filter_options(self) -> dict[str, tuple[str, ...]]:
         """Replies must also carry their partition id (lambda is indexed by it)."""
@@ -156,7 +175,7 @@ class AFL(FedAvg):
         index = np.searchsorted(partitions, inputs.partition_ids)
         unknown = (index >= partitions.size) | (partitions[np.minimum(index, partitions.size - 1)]
                                                 != inputs.partition_ids)
-        if np.any(unknown):
+        if np.any(unknown):  # the template excludes such replies (.trust): a round function called directly
             raise AggregationError(
                 f"AFL: replies from partitions {inputs.partition_ids[unknown].tolist()} that "
                 f"set_node_partitions did not name ({partitions.size} partitions known)"

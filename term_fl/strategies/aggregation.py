@@ -38,14 +38,24 @@ class RoundInputs:
     ``models`` holds the clients' models (after the template's defences),
     decoded once per round and shared by every step; ``global_model()`` is
     the model sent this round, decoded on first use and then kept.
+    ``losses`` are F_k after ``clip_loss`` and ``loss_transform`` (in the
+    loss's units for "none" and "median_mad", ranks for "rank");
+    ``scores`` what a tilt multiplies (:attr:`tilt_values`): the same for
+    "none" and "rank", the unitless z_k for "median_mad".
     """
 
     server_round: int
     partition_ids: NDArray[np.int64]  # -1 where a reply carried none
     losses: NDArray[np.float64]  # F_k (metric train_loss_key; NaN where a reply lacks it and the strategy needs none)
-    num_examples: NDArray[np.float64]  # n_k (metric weighted_by_key)
+    num_examples: NDArray[np.float64]  # n_k (metric weighted_by_key; after max_size_ratio)
     models: StackedModels  # w_k, row k for reply k
     global_model: Callable[[], Mapping[str, NDArray]]  # w
+    scores: NDArray[np.float64] | None = None  # the transformed losses a tilt multiplies; None: the losses
+
+    @property
+    def tilt_values(self) -> NDArray[np.float64]:
+        """What TERM tilts by: :attr:`scores`, or the losses where the template set none."""
+        return self.losses if self.scores is None else self.scores
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 
 from term_fl.common.keys import PARTITION_ID
 
-from .reports import ExcludedReply
+from .reports import ExcludedReply, reply_name
 from .stacked import StackedModels
 
 __all__ = ["CohortReplies", "FilteredCohort", "filter_cohort"]
@@ -159,8 +159,8 @@ def filter_cohort(  # noqa: PLR0913
                    if partitions[k] is not None else (1, cohort.node_ids[k], 0))
     excluded = [ExcludedReply(cohort.node_ids[k], partitions[k], reasons[k]) for k in order if reasons[k] is not None]
     for item in excluded:
-        log(WARNING, "%s: excluding reply from node %d (partition %s): %s", context, item.node_id,
-            "unknown" if item.partition_id is None else item.partition_id, item.reason)
+        log(WARNING, "%s: excluding reply from %s: %s", context, reply_name(item.node_id, item.partition_id),
+            item.reason)
     valid = [k for k in order if reasons[k] is None]
     log(INFO, "%s: %d valid replies, %d excluded", context, len(valid), len(excluded))
     # The valid rows' metrics as plain numbers, and their models (the stack itself when nothing moves)

@@ -9,7 +9,9 @@ round of aggregation in these steps (:meth:`FedAvg.aggregate_round`):
    warning instead of aborting the run, the valid ones sorted by partition-id
    (sums then do not depend on arrival order) and their models decoded once
    into one :class:`~.stacked.StackedModels`;
-2. the opt-in defences of :mod:`.defences` (clipped losses, bounded updates);
+2. one reply per node and partition (:mod:`.trust`), then the defences of
+   :mod:`.defences` (clipped and transformed losses, capped sizes, bounded
+   updates);
 3. the strategy's *round function*, :meth:`FedAvg.round_step`: from the
    round's losses, sizes, models and the strategy's state, an
    :class:`~.aggregation.Aggregation` (coefficients of
@@ -33,32 +35,35 @@ from logging import INFO, WARNING
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
+from flwr.serverapp import Grid
 from flwr.serverapp.exception import AggregationError
 from flwr.supercore import log
 from numpy.typing import NDArray
 
 from term_fl.common.keys import ARRAYS, CONFIG, NUM_EXAMPLES, PARTITION_ID, TRAIN_LOSS_BEFORE
-from term_fl.flower_internals import from_array_record
+from term_fl.flower_internals import from_array_record, refuse_under_dp_wrapper
 
 from .aggregation import Aggregation, RoundInputs, TrainOutcome
 from .arithmetic import record_like
-from .defences import defended_losses, defended_models
 from .cohort_replies import CohortReplies, filter_cohort
+from .defences import defended_losses, defended_models, defended_sizes, transformed_losses
 from .replies import (
     TrainReplies,
     aggregated_metrics,
     filter_replies,
     filter_train_replies,
-    metric_carriers,
+    carriers,
     metric_values,
     metrics_of,
     missing_loss_error,
+    missing_partition_error,
     partition_id_of,
 )
 from .reports import Diagnostics, EvaluationReport, TrainReport, log_train_report
 from .sampling import PartitionSampling
-from .settings import Defences
+from .settings import Defences, resolve_loss_transform
+from .trust import one_reply_each, trusted_replies
 
 __all__ = ["Aggregation", "FedAvg", "RoundInputs", "TrainOutcome"]
 
@@ -123,6 +128,23 @@ class FedAvg(PartitionSampling):
         w_k - w longer than ``max_update_norm`` x the round's median update
         norm is scaled down to it (:func:`term_fl.maths.robust.update_scales`);
         0 or >= 1.
+    loss_transform : {"auto", "none", "median_mad", "rank"} (default: "auto")
+        Each reported F_k made relative to its round before the round
+        function reads it (:mod:`term_fl.maths.loss_transforms`): bounded to
+        the median +- ``loss_clip`` robust standard deviations ("median_mad";
+        TERM then tilts by the unitless score), or ranks. "auto" is
+        "median_mad" for TERM with t < 0 (its robust mode, where the lowest
+        reported loss would otherwise take the round) and "none" for every
+        other strategy and t, so FedAvg and TermFedAvg(t >= 0) stay Flower's
+        FedAvg. The strategies that read no loss (FedAvg, the robust
+        aggregators) ignore it.
+    loss_clip : float (default: 3.0)
+        c > 0 of "median_mad", in robust standard deviations (1.4826 x MAD).
+    max_size_ratio : float (default: 0.0, off)
+        Defence against a client that lies about its size: a reported
+        ``num-examples`` above ``max_size_ratio`` x the round's median is
+        lowered to it before any strategy weighs by it
+        (:func:`term_fl.maths.robust.cap_sizes`); 0 or >= 1.
     clients_per_round : int or None (default: None)
         Number of partitions sampled for training each round, honoured exactly
         once :meth:`set_node_partitions` was called (capped at the partitions
@@ -151,6 +173,10 @@ class FedAvg(PartitionSampling):
 
     needs_loss: ClassVar[bool] = False
     """Whether the round function weights by F_k (then a round in which no reply carries it is an error)."""
+    needs_partition: ClassVar[bool] = False
+    """Whether the round function indexes by partition id (AFL): a partition table is needed, and a reply's id."""
+    dp_weights: ClassVar[str | None] = None
+    """What the strategy's weights are where they are not Flower's FedAvg's or 1/m: refused under a DP wrapper."""
 
     # pylint: disable=too-many-arguments
     def __init__(  # noqa: PLR0913
@@ -170,13 +196,17 @@ class FedAvg(PartitionSampling):
         server_learning_rate: float = 1.0,
         clip_loss: float = 0.0,
         max_update_norm: float = 0.0,
+        loss_transform: str = "auto",
+        loss_clip: float = 3.0,
+        max_size_ratio: float = 0.0,
         clients_per_round: int | None = None,
         seed: int = 0,
         evaluate_fraction: float = 1.0,
         sampling: Literal["uniform", "size"] = "uniform",
         partition_key: str = PARTITION_ID,
     ) -> None:
-        defences = Defences.of(type(self).__name__, clip_loss=clip_loss, max_update_norm=max_update_norm)
+        defences = Defences.of(type(self).__name__, clip_loss=clip_loss, max_update_norm=max_update_norm,
+                               loss_transform=loss_transform, loss_clip=loss_clip, max_size_ratio=max_size_ratio)
         super().__init__(
             fraction_train=fraction_train,
             fraction_evaluate=fraction_evaluate,
@@ -195,6 +225,9 @@ class FedAvg(PartitionSampling):
         )
         self.clip_loss = defences.clip_loss
         self.max_update_norm = defences.max_update_norm
+        self.loss_transform_setting = defences.loss_transform
+        self.loss_clip = defences.loss_clip
+        self.max_size_ratio = defences.max_size_ratio
         if not (isinstance(server_learning_rate, int | float) and math.isfinite(server_learning_rate)
                 and server_learning_rate > 0):
             raise ValueError(f"server_learning_rate must be a positive number, got {server_learning_rate!r}.")
@@ -232,6 +265,19 @@ class FedAvg(PartitionSampling):
         """The strategy's state as diagnostics of a round (none for FedAvg)."""
         return {}
 
+    def tilt(self) -> float | None:
+        """The strategy's tilt, whose sign picks the "auto" loss transform (TERM's t; None for the others)."""
+        return None
+
+    def dp_refusal(self) -> str | None:
+        """Why a DP wrapper's noise would not fit this strategy's weights (:attr:`dp_weights`); None where it fits."""
+        return self.dp_weights
+
+    @property
+    def loss_transform(self) -> str:
+        """The loss transform applied: ``loss_transform`` with "auto" resolved (:func:`.settings.resolve_loss_transform`)."""
+        return resolve_loss_transform(self.loss_transform_setting, self.tilt())
+
     # --- the template -----------------------------------------------------
 
     def global_model(self) -> dict[str, NDArray]:
@@ -243,6 +289,13 @@ class FedAvg(PartitionSampling):
             )
         return from_array_record(self.current_arrays)
 
+    def configure_train(
+        self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid
+    ) -> Iterable[Message]:
+        """Refuse a Flower DP wrapper whose noise does not fit these weights (:attr:`dp_weights`); sample and send."""
+        refuse_under_dp_wrapper(self)
+        return super().configure_train(server_round, arrays, config, grid)
+
     def aggregate_round(self, server_round: int, replies: Iterable[Message] | CohortReplies) -> TrainOutcome:
         """Filter and sort the replies, apply the defences, run the round function, build the new model.
 
@@ -253,20 +306,19 @@ class FedAvg(PartitionSampling):
         when no reply of the round carries ``train_loss_key`` (the clients do
         not send it: a misconfiguration, not a failed round).
         """
-        # A strategy that weights by F_k needs at least one reply that sends it
+        # A strategy that weights by F_k (or indexes by partition) needs at least one reply that sends it
         replies = replies if isinstance(replies, CohortReplies) else list(replies)
-        if self.needs_loss:
-            with_metrics, with_loss = (
-                (len(replies), len(replies) if self.train_loss_key in replies.metrics else 0)
-                if isinstance(replies, CohortReplies) else metric_carriers(replies, self.train_loss_key))
-            if with_metrics and not with_loss:
-                raise missing_loss_error(type(self).__name__, self.train_loss_key, server_round, with_metrics)
+        for needed, key, error in ((self.needs_loss, self.train_loss_key, missing_loss_error),
+                                   (self.needs_partition, self.partition_key, missing_partition_error)):
+            if needed and (counts := carriers(replies, key))[0] and not counts[1]:
+                raise error(type(self).__name__, key, server_round, counts[0])
         # Keep the valid replies, sorted by partition id, each model decoded once (or taken from the stack)
         options = dict(partition_key=self.partition_key, reference_arrays=self.current_arrays,
                        context="aggregate_train", **self.train_filter_options())
         train = (TrainReplies(*filter_cohort(replies, **options).__dict__.values())
                  if isinstance(replies, CohortReplies)
                  else filter_train_replies(replies, sent=self._sent_index(), **options))
+        train = self._one_reply_each(train)
         if train.models is None:
             log(WARNING, "aggregate_train: no valid reply in round %d; model unchanged.", server_round)
             empty = np.zeros(0)
@@ -275,7 +327,7 @@ class FedAvg(PartitionSampling):
             return self._record(TrainOutcome(None, None, report))
         # The round function sees the defended losses and models; the global model is decoded at most once
         global_model = functools.cache(self.global_model)
-        inputs, reported = self._round_inputs(server_round, train, global_model)
+        inputs, reported, sizes = self._round_inputs(server_round, train, global_model)
         aggregation, state = self.round_step(inputs, self.state)
         # The server learning rate scales the round's step; the new model keeps the global model's dtypes
         aggregation = aggregation.stepped(self.server_learning_rate)
@@ -289,7 +341,7 @@ class FedAvg(PartitionSampling):
             partition_ids=inputs.partition_ids.tolist(),
             node_ids=train.node_ids,
             losses=reported,
-            num_examples=inputs.num_examples,
+            num_examples=sizes,
             weights=np.asarray(aggregation.coefficients, dtype=np.float64),
             diagnostics={**self.state_diagnostics(state), **aggregation.diagnostics},
             metrics=train.metrics,
@@ -300,13 +352,17 @@ class FedAvg(PartitionSampling):
 
     def _round_inputs(
         self, server_round: int, train: TrainReplies, global_model: Callable[[], Mapping[str, NDArray]]
-    ) -> tuple[RoundInputs, NDArray[np.float64]]:
-        """The round function's inputs (losses clipped, updates bounded when those defences are on); F_k as reported."""
+    ) -> tuple[RoundInputs, NDArray[np.float64], NDArray[np.float64]]:
+        """The round function's inputs (the defences applied); F_k and n_k as reported."""
         assert train.models is not None
         partitions = [partition_id_of(metrics, self.partition_key) for metrics in train.metrics]
         who = list(zip(train.node_ids, partitions, strict=True))
         reported = metric_values(train.metrics, self.train_loss_key, missing=None if self.needs_loss else math.nan)
-        losses = defended_losses(reported, self.clip_loss, who)
+        sizes = metric_values(train.metrics, self.weighted_by_key)
+        losses, scores = defended_losses(reported, self.clip_loss, who), None
+        if self.needs_loss:
+            transformed = transformed_losses(losses, self.loss_transform, self.loss_clip, server_round)
+            losses, scores = transformed.losses, transformed.scores
         models = train.models
         if self.max_update_norm > 0:
             models = defended_models(models, global_model(), self.max_update_norm, who)
@@ -314,11 +370,19 @@ class FedAvg(PartitionSampling):
             server_round=server_round,
             partition_ids=np.array([-1 if p is None else p for p in partitions], dtype=np.int64),
             losses=losses,
-            num_examples=metric_values(train.metrics, self.weighted_by_key),
+            num_examples=defended_sizes(sizes, self.max_size_ratio, who),
             models=models,
             global_model=global_model,
+            scores=scores,
         )
-        return inputs, reported
+        return inputs, reported, sizes
+
+
+    def _one_reply_each(self, train: TrainReplies) -> TrainReplies:
+        """``train`` without the replies :func:`.trust.one_reply_each` excludes."""
+        return trusted_replies(train, partition_key=self.partition_key, node_partitions=self.node_partitions,
+                               partition_sizes=self.partition_sizes, size_key=self.weighted_by_key,
+                               require_partition=self.needs_partition, context="aggregate_train")
 
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
@@ -365,6 +429,11 @@ class FedAvg(PartitionSampling):
             valid, excluded = filter_replies(replies, require_arrays=False, sent=self._sent_index(), **options)
             node_ids = [msg.metadata.src_node_id for msg in valid]
             metrics = [dict(metrics_of(msg).items()) for msg in valid]
+        keep, doubtful = one_reply_each(node_ids, metrics, partition_key=self.partition_key,
+                                        node_partitions=self.node_partitions, context="aggregate_evaluate")
+        if doubtful:
+            node_ids, metrics = [node_ids[k] for k in keep], [metrics[k] for k in keep]
+            excluded = [*excluded, *doubtful]
         self.last_evaluation = EvaluationReport(
             server_round=server_round,
             partition_ids=[-1 if (p := partition_id_of(m, self.partition_key)) is None else p for m in metrics],

@@ -108,6 +108,8 @@ class Krum(FedAvg):
         term-fl's keywords of :class:`~term_fl.strategies.FedAvg`.
     """
 
+    dp_weights = "Krum's selection (one or a few clients take the round)"
+
     # pylint: disable=too-many-arguments
     def __init__(  # noqa: PLR0913
         self,

@@ -41,6 +41,8 @@ class FedMedian(FedAvg):
     ``FedMedian``: the arguments of :class:`~term_fl.strategies.FedAvg`.
     """
 
+    dp_weights = "a coordinate-wise median (one client may set a coordinate)"
+
     def round_step(self, inputs: RoundInputs, state: None) -> tuple[Aggregation, None]:
         """M = the coordinate-wise median (the trimmed mean with cut (m - 1) // 2); weights: the shares of it."""
         aggregate, shares = trimmed_mean(inputs.models, (len(inputs.models) - 1) // 2)

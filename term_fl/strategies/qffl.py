@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Mapping
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Annotated, Any, Literal
 
 import numpy as np
@@ -36,9 +36,11 @@ from term_fl.common.settings import HASHED_WHEN_SET
 from .fedavg import Aggregation, FedAvg, RoundInputs
 from .settings import LOSS_KEYS, Settings, loss_reduction_field
 
-__all__ = ["QFFL", "QFFLSettings", "qffl_coefficients", "squared_distances"]
+__all__ = ["HUGE_UPDATE", "QFFL", "QFFLSettings", "huge_updates", "qffl_coefficients", "squared_distances"]
 
 LOSS_OFFSET = 1e-10
+HUGE_UPDATE = 1e6
+"""q-FFL leaves out an update more than this many times the round's median update norm (m >= 3)."""
 
 
 class QFFLSettings(Settings):
@@ -73,6 +75,24 @@ def qffl_coefficients(
     f_q = np.power(f, q)
     h = q * np.power(f, q - 1.0) * lipschitz**2 * np.asarray(squared_distances) + lipschitz * f_q
     return lipschitz * f_q / np.sum(h)
+
+
+def huge_updates(squared: NDArray[np.float64]) -> NDArray[np.bool_]:
+    """The updates q-FFL leaves out: ||w - w_k|| above :data:`HUGE_UPDATE` x the round's median norm, or not finite.
+
+    q-FFL divides every client's step by sum_j h_j, h_j growing with
+    ||w - w_j||^2: one update of float32-max weights would shrink every
+    coefficient to about 1e-70 and the round would change nothing. Honest
+    updates from one global model do not differ in norm by a factor of a
+    million. The median needs at least 3 replies to stay among the honest ones.
+    """
+    norms = np.sqrt(np.asarray(squared, dtype=np.float64))
+    finite = np.isfinite(norms)
+    median = float(np.median(norms[finite])) if np.any(finite) else 0.0
+    huge = ~finite
+    if norms.size >= 3 and median > 0.0:
+        huge |= norms > HUGE_UPDATE * median
+    return huge
 
 
 def squared_distances(
@@ -131,6 +151,8 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
 
     needs_loss = True
 
+    dp_weights = "q-FFL's coefficients L F_k^q / sum_j h_j"
+
     # pylint: disable=too-many-arguments
     def __init__(  # noqa: PLR0913
         self,
@@ -184,7 +206,17 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
     def round_step(self, inputs: RoundInputs, state: None) -> tuple[Aggregation, None]:
         """c_k = L F_k^q / sum_j h_j and the global term 1 - sum_k c_k; no state."""
         distances = squared_distances(inputs.global_model(), inputs.models)
-        coefficients = qffl_coefficients(inputs.losses, distances, self.q, 1.0 / self.client_learning_rate)
+        huge = huge_updates(distances)
+        for k in np.flatnonzero(huge).tolist():
+            log(WARNING, "q-FFL round %d: reply %d of the round (partition %s) sent an update of norm %.6g, more than "
+                "%g times the round's median: left out of this round (it would shrink every client's step to "
+                "nothing; max_update_norm bounds such updates for every strategy)", inputs.server_round, k,
+                inputs.partition_ids[k] if inputs.partition_ids[k] >= 0 else "unknown",
+                float(np.sqrt(distances[k])), HUGE_UPDATE)
+        coefficients = np.zeros(distances.size)
+        if not np.all(huge):
+            coefficients[~huge] = qffl_coefficients(inputs.losses[~huge], distances[~huge], self.q,
+                                                    1.0 / self.client_learning_rate)
         return Aggregation(coefficients, global_coefficient=1.0 - float(np.sum(coefficients))), state
 
     def summary(self) -> None:

@@ -62,6 +62,9 @@ class StrategySpec:
         A baseline of every comparison: each cell is paired with this
         strategy's cell of the same settings (``term_fl.comparison.pairing``),
         and a sweep does not choose among its cells.
+    tilt : str or None
+        The parameter whose negative value turns the "auto" loss transform on
+        (TERM's ``t``: :func:`.settings.resolve_loss_transform`).
     """
 
     name: str
@@ -73,6 +76,7 @@ class StrategySpec:
     from_client: Mapping[str, str] = field(default_factory=dict)
     arguments: Mapping[str, str] = field(default_factory=dict)
     baseline: bool = False
+    tilt: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shown", tuple(dict.fromkeys((*self.tuned, *self.shown))))
@@ -114,7 +118,7 @@ STRATEGIES: dict[str, StrategySpec] = {
         StrategySpec("qffl", "q-FFL", "qffl:QFFL", "qffl:QFFLSettings", tuned=("q",), from_client={"client_lr": "lr"},
                      arguments={"client_lr": "client_learning_rate"}),
         StrategySpec("term", "TERM", "term:TermFedAvg", "term:TermSettings", tuned=("t",), shown=("lam",),
-                     arguments={"server_lr": "server_learning_rate"}),
+                     arguments={"server_lr": "server_learning_rate"}, tilt="t"),
         StrategySpec("afl", "AFL", "afl:AFL", "afl:AFLSettings", tuned=("lambda_lr",)),
         StrategySpec("median", "Median", "median:FedMedian", "median:MedianSettings"),
         StrategySpec("trimmed_mean", "Trimmed mean", "trimmed_mean:FedTrimmedAvg", "trimmed_mean:TrimmedMeanSettings",

@@ -24,19 +24,22 @@ from numpy.typing import NDArray
 from term_fl.flower_internals import from_array, records_of
 from term_fl.common.keys import METRICS, PARTITION_ID, TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
 
-from .reports import ExcludedReply
+from .reports import ExcludedReply, reply_name
 from .stacked import StackedModels
 
 __all__ = [
+    "PARTITION_HELPER",
     "TrainReplies",
     "aggregated_metrics",
     "arrays_of",
+    "carriers",
     "filter_replies",
     "filter_train_replies",
     "metric_carriers",
     "metric_values",
     "metrics_of",
     "missing_loss_error",
+    "missing_partition_error",
     "partition_id_of",
     "sent_index",
 ]
@@ -115,6 +118,13 @@ def metric_carriers(replies: Iterable[Message], key: str) -> tuple[int, int]:
     return len(records), sum(1 for metrics in records if key in metrics)
 
 
+def carriers(replies: Sequence[Message] | Any, key: str) -> tuple[int, int]:
+    """:func:`metric_carriers` of a list of replies, or of a round's stacked replies (``CohortReplies``)."""
+    if isinstance(replies, Sequence):
+        return metric_carriers(replies, key)
+    return len(replies), len(replies) if key in replies.metrics else 0
+
+
 def missing_loss_error(strategy: str, key: str, server_round: int, replies: int) -> AggregationError:
     """The error of a round in which no training reply carries the loss the strategy weights by."""
     summed = ", with_sum=True" if key == TRAIN_LOSS_BEFORE_SUM else ""
@@ -133,6 +143,26 @@ def missing_loss_error(strategy: str, key: str, server_round: int, replies: int)
         "NumPy, JAX and scikit-learn models have the same helper in term_fl.plugin.numpy_loss, .jax_loss and "
         ".sklearn_loss. Or pass train_loss_key=KEY if the clients send this loss under another key. "
         "(Flower's examples send 'train_loss' as the mean loss during local training: another quantity.)"
+    )
+
+
+PARTITION_HELPER = (
+    "The ClientApp answers the server's partition query and sends its partition id with each train reply "
+    "(from term_fl.plugin.partitions import partition_reply; from term_fl.plugin import train_metrics):\n"
+    "    app.query()(partition_reply)  # the ClientApp answers with context.node_config['partition-id']\n"
+    "    metrics.update(train_metrics(loss_before, partition_id=context.node_config['partition-id']))\n"
+    "and the ServerApp learns the table before strategy.start (from term_fl.plugin.partitions import "
+    "node_partitions):\n"
+    "    strategy.set_node_partitions(node_partitions(grid, expected=NUM_PARTITIONS))"
+)
+"""What a Flower app adds so that the server knows each reply's partition (AFL; seeded sampling)."""
+
+
+def missing_partition_error(strategy: str, key: str, server_round: int, replies: int) -> AggregationError:
+    """The error of a round in which no training reply carries its partition id (AFL indexes by it)."""
+    return AggregationError(
+        f"{strategy} keeps a mixture weight per partition and reads each reply's partition from the metric "
+        f"'{key}'; none of the {replies} training replies of round {server_round} carries it. {PARTITION_HELPER}"
     )
 
 
@@ -334,14 +364,7 @@ def _filter(  # noqa: PLR0913
             partition_id = sent_partition if partition_id is None else partition_id
         item = ExcludedReply(node_id, partition_id, reason)
         excluded.append(item)
-        log(
-            WARNING,
-            "%s: excluding reply from node %d (partition %s): %s",
-            context,
-            item.node_id,
-            "unknown" if item.partition_id is None else item.partition_id,
-            reason,
-        )
+        log(WARNING, "%s: excluding reply from %s: %s", context, reply_name(item.node_id, item.partition_id), reason)
     log(INFO, "%s: %d valid replies, %d excluded", context, len(valid), len(excluded))
     return valid, models, excluded
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import DEBUG, INFO
 from typing import NamedTuple
 
 import numpy as np
@@ -43,10 +43,10 @@ class TrainReport:
         Node id of each valid reply, same order.
     losses : numpy.ndarray
         F_k, the loss of the received global model each reply reported under
-        the strategy's ``train_loss_key`` (before ``clip_loss``, when that
-        defence is on; NaN where FedAvg, which needs none, got none).
+        the strategy's ``train_loss_key`` (before ``clip_loss`` and
+        ``loss_transform``; NaN where FedAvg, which needs none, got none).
     num_examples : numpy.ndarray
-        n_k (metric ``weighted_by_key``).
+        n_k (metric ``weighted_by_key``), as reported (before ``max_size_ratio``).
     weights : numpy.ndarray
         What each client contributed to the new model, after the server
         learning rate eta_s. For the strategies that choose coefficients, the
@@ -102,15 +102,39 @@ class EvaluationReport:
     excluded: list[ExcludedReply] = field(default_factory=list)
 
 
+def reply_name(node_id: int, partition_id: int | None) -> str:
+    """How logs name a reply: "node 5 (partition 3)", or "node 5 (no partition-id)" when it carried none."""
+    known = partition_id is not None and partition_id >= 0
+    return f"node {node_id} ({f'partition {partition_id}' if known else 'no partition-id'})"
+
+
+def effective_clients(weights: NDArray[np.float64]) -> float:
+    """1 / sum_k p_k^2 of the weights normalised to sum 1: m for equal weights, 1 when one client has them all.
+
+    NaN when the weights sum to 0 or less (no client contributes).
+    """
+    weights = np.asarray(weights, dtype=np.float64)
+    total = float(np.sum(weights))
+    if not total > 0.0:
+        return math.nan
+    return 1.0 / float(np.sum(np.square(weights / total)))
+
+
 def log_train_report(report: TrainReport) -> None:
-    """Log a round's diagnostics (the scalar ones) and each reply's F_k and weight."""
+    """Log one INFO line per round (replies, weights, the effective number of clients, the scalar diagnostics).
+
+    Each reply's F_k and weight go to DEBUG (Flower's loop prints INFO:
+    one line per client per round would flood a Flower app's log).
+    """
     scalars = {k: v for k, v in report.diagnostics.items() if isinstance(v, float | int)}
-    if scalars:
-        log(INFO, "aggregate_train: round %d: %s", report.server_round,
-            ", ".join(f"{k} = {v:.6g}" for k, v in scalars.items()))
+    weights = np.asarray(report.weights, dtype=np.float64)
+    log(INFO, "aggregate_train: round %d: %d replies aggregated, %d excluded; weights %.3g..%.3g, effective "
+        "clients %.3g%s", report.server_round, len(report.node_ids), len(report.excluded), float(np.min(weights)),
+        float(np.max(weights)), effective_clients(weights),
+        "".join(f", {k} = {v:.6g}" for k, v in scalars.items()))
     for node, partition, loss, weight in zip(report.node_ids, report.partition_ids, report.losses,
                                              report.weights, strict=True):
         if math.isnan(loss):  # a strategy that needs no loss (FedAvg) and a reply that sent none
-            log(INFO, "\t> node %d (partition %s): weight %.6g", node, partition, weight)
+            log(DEBUG, "\t> %s: weight %.6g", reply_name(node, partition), weight)
         else:
-            log(INFO, "\t> node %d (partition %s): F_k = %.6g, weight %.6g", node, partition, loss, weight)
+            log(DEBUG, "\t> %s: F_k = %.6g, weight %.6g", reply_name(node, partition), loss, weight)

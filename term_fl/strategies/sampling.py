@@ -164,8 +164,10 @@ class PartitionSampling(FlowerFedAvg):
         self.evaluate_fraction = float(evaluate_fraction)
         self.sampling = sampling
         self.current_arrays: ArrayRecord | None = None
+        self.partition_sizes: dict[int, float] | None = None
         self._sent: Sequence[Message] = []
         self._sampler: PartitionSampler | None = None
+        self._warned_without_table = False
 
     def set_node_partitions(self, mapping: Mapping[int, int], sizes: Mapping[int, int] | None = None) -> None:
         """Learn which partition each node holds (node_id -> partition_id), and with ``sampling="size"`` their sizes.
@@ -181,14 +183,23 @@ class PartitionSampling(FlowerFedAvg):
                              "call set_node_partitions(mapping, sizes={partition_id: n_k})")
         self._sampler = PartitionSampler(mapping, self.seed, sizes)
 
+    def set_partition_sizes(self, sizes: Mapping[int, float]) -> None:
+        """Learn each partition's training size (partition id -> n): a reply that reports another is excluded.
+
+        term-fl's engines call it with the dataset's sizes (the server knows
+        them); a Flower app whose server knows them may too.
+        """
+        self.partition_sizes = {int(p): float(n) for p, n in sizes.items()}
+
     @property
     def node_partitions(self) -> dict[int, int] | None:
         """The node_id -> partition_id mapping, or None when not set."""
         return None if self._sampler is None else self._sampler.node_partitions
 
     @property
-    def partition_sizes(self) -> dict[int, int] | None:
-        """The partition_id -> n_k mapping given to :meth:`set_node_partitions`, or None."""
+    def sampling_sizes(self) -> dict[int, int] | None:
+        """The partition_id -> n_k mapping given to :meth:`set_node_partitions` (what ``sampling="size"`` draws
+        by), or None."""
         return None if self._sampler is None or self._sampler.sizes is None else dict(self._sampler.sizes)
 
     def sample_partitions(self, server_round: int, grid: Grid, size: int, stream: int) -> list[int]:
@@ -206,6 +217,7 @@ class PartitionSampling(FlowerFedAvg):
         """Sample partitions (seeded) and send them the global model."""
         self.current_arrays = arrays.copy()
         if self._sampler is None:
+            self._warn_without_table()
             return self._remember(super().configure_train(server_round, arrays, config, grid))
         config[SERVER_ROUND] = server_round
         total = len(self._sampler.node_of_partition)
@@ -223,6 +235,7 @@ class PartitionSampling(FlowerFedAvg):
     ) -> Iterable[Message]:
         """Sample ceil(evaluate_fraction * P) partitions (seeded) for evaluation."""
         if self._sampler is None:
+            self._warn_without_table()
             return self._remember(super().configure_evaluate(server_round, arrays, config, grid))
         config[SERVER_ROUND] = server_round
         count = len(self._sampler.connected(grid.get_node_ids()))
@@ -232,6 +245,18 @@ class PartitionSampling(FlowerFedAvg):
             return []
         partitions = self.sample_partitions(server_round, grid, size, stream=EVAL_SAMPLING)
         return self._messages_to_partitions(partitions, arrays, config, MessageType.EVALUATE, count)
+
+    def _warn_without_table(self) -> None:
+        """Say once that term-fl's sampling keywords wait for :meth:`set_node_partitions` (Flower samples until then)."""
+        given = [f"{name}={value!r}" for name, value, default in (
+            ("clients_per_round", self.clients_per_round, None), ("seed", self.seed, 0),
+            ("evaluate_fraction", self.evaluate_fraction, 1.0)) if value != default]
+        if given and not self._warned_without_table:
+            self._warned_without_table = True
+            log(WARNING, "%s: %s take effect once set_node_partitions was called (the partition of each node: "
+                "term_fl.plugin.partitions.node_partitions(grid) learns it); until then Flower's unseeded sampling "
+                "by fraction_train / fraction_evaluate / min_train_nodes applies", type(self).__name__,
+                ", ".join(given))
 
     def _messages_to_partitions(
         self, partitions: list[int], arrays: ArrayRecord, config: ConfigRecord, message_type: str, total: int

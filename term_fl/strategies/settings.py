@@ -10,13 +10,29 @@ FedAvg template's opt-in defences, :mod:`term_fl.maths.robust`).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from term_fl.common.keys import TRAIN_LOSS_BEFORE, TRAIN_LOSS_BEFORE_SUM
+from term_fl.common.settings import HASHED_WHEN_SET
 
-__all__ = ["LOSS_KEYS", "Defences", "Settings", "loss_reduction_field"]
+__all__ = ["LOSS_KEYS", "LossTransform", "Defences", "Settings", "loss_reduction_field", "resolve_loss_transform"]
+
+LossTransform = Literal["auto", "none", "median_mad", "rank"]
+"""``loss_transform``'s values: "auto" is "median_mad" for TERM with t < 0 and "none" otherwise."""
+
+
+def resolve_loss_transform(setting: str, tilt: float | None) -> str:
+    """The loss transform a strategy applies: ``setting``, where "auto" is "median_mad" for a negative tilt.
+
+    ``tilt`` is TERM's t (None for a strategy without one): only TERM's
+    robust mode (t < 0) is defended by default; elsewhere "auto" is "none",
+    so FedAvg and TermFedAvg(t >= 0) keep their numbers.
+    """
+    if setting != "auto":
+        return setting
+    return "median_mad" if tilt is not None and tilt < 0 else "none"
 
 LOSS_KEYS = {"mean": TRAIN_LOSS_BEFORE, "sum": TRAIN_LOSS_BEFORE_SUM}
 """Metric key of F_k for each loss reduction: the mean or the summed loss of the incoming model."""
@@ -71,4 +87,20 @@ class Defences(Settings):
         0.0, ge=0.0, le=1e6, allow_inf_nan=False,
         description="defence, off at 0: an update longer than max_update_norm x the round's median update norm "
                     "is scaled down to it (a client sending huge weights would be averaged in)",
+    )
+    # Added after stores held hashes: they enter the hash only where they act (Scenario.strategy_params)
+    loss_transform: Annotated[LossTransform, HASHED_WHEN_SET] = Field(
+        "auto",
+        description="each reported loss made relative to its round before a strategy reads it: none, median_mad "
+                    "(bounded to median +- loss_clip robust standard deviations; TERM tilts by that score, so t "
+                    "has no units) or rank; auto = median_mad for TERM with t < 0, none otherwise",
+    )
+    loss_clip: Annotated[float, HASHED_WHEN_SET] = Field(
+        3.0, gt=0.0, le=1e6, allow_inf_nan=False,
+        description="median_mad's bound c, in robust standard deviations (1.4826 x the median absolute deviation)",
+    )
+    max_size_ratio: Annotated[OffOrRatio, HASHED_WHEN_SET] = Field(
+        0.0, ge=0.0, le=1e6, allow_inf_nan=False,
+        description="defence, off at 0: a reported num-examples above max_size_ratio x the round's median is "
+                    "lowered to it (a client reporting 1e300 examples would take all the weight)",
     )

@@ -117,6 +117,8 @@ weighted_by_key, arrayrecord_key, configrecord_key, train_metrics_aggr_fn, evalu
         term-fl's keywords of :class:`~term_fl.strategies.FedAvg`.
     """
 
+    dp_weights = "a coordinate-wise trimmed mean (the kept clients share each coordinate)"
+
     # pylint: disable=too-many-arguments
     def __init__(  # noqa: PLR0913
         self,
