@@ -793,9 +793,3 @@ def test_records_of_lists_the_records_of_one_type_as_flowers_typed_views_do():
     assert records_of(content, ArrayRecord) == list(content.array_records.values())
     assert records_of(content, ConfigRecord) == list(content.config_records.values())
     assert records_of(RecordDict(), MetricRecord) == []
-
-
-def test_every_strategies_module_stays_within_450_lines():
-    package = Path(__file__).resolve().parents[1] / "term_fl" / "strategies"
-    lengths = {path.name: len(path.read_text().splitlines()) for path in package.glob("*.py")}
-    assert lengths and max(lengths.values()) <= 450, lengths

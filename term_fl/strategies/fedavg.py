@@ -283,10 +283,8 @@ class FedAvg(PartitionSampling):
     def global_model(self) -> dict[str, NDArray]:
         """The global model sent in ``configure_train``, decoded."""
         if self.current_arrays is None:
-            raise AggregationError(
-                f"{type(self).__name__} needs the global model of this round: call "
-                "configure_train before aggregate_train."
-            )
+            raise AggregationError(f"{type(self).__name__} needs the global model of this round: call "
+                                   "configure_train before aggregate_train.")
         return from_array_record(self.current_arrays)
 
     def configure_train(
