@@ -39,7 +39,7 @@ def _partition_problem(
     node: int, partition: int | None, node_partitions: Mapping[int, int] | None, holders: Mapping[int, int],
     require_partition: bool,
 ) -> str | None:
-    """Why a reply's partition id contradicts the node table (rules 2 and 5), or None; ``holders``: partition -> node."""
+    """Why a reply's partition id contradicts the node table (rules 2, 5), or None; ``holders``: partition -> node."""
     if require_partition and partition is None:
         return "no usable partition-id (an integer) in its metrics"
     if node_partitions is None:
