@@ -208,3 +208,15 @@ def test_a_run_that_a_live_process_holds_is_not_resumed(tmp_path, capsys):
     with FolderLock(tmp_path / "cut"):  # as the process that still runs it
         assert main(["run", "--resume", run_id, "--db", str(db)]) == 2
     assert_usage_error(2, capsys.readouterr().err, [f"run {run_id!r} is running: pid {os.getpid()}", "holds its folder"])
+
+
+@pytest.mark.slow
+def test_a_flower_engine_run_resumes_on_its_engine_to_the_numbers_of_an_uninterrupted_run(tmp_path):
+    """The Simulation Engine (Ray): stopped after round 2 of 3, resumed with its stored engine, equal in every row."""
+    scenario = small_scenario("run.engine=flower", "strategy.term.lam=0.5")
+    store = ResultsStore(tmp_path / "r.db")
+    full = run_one(scenario, store, out_dir=tmp_path / "full")
+    stopped = interrupted_run(scenario, store, tmp_path / "cut", after=2)
+    assert store.get_run(stopped).engine == "flower"
+    resume_run(store, stopped)
+    assert_same_run(store, full.run_id, tmp_path / "full", stopped, tmp_path / "cut")
