@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,15 @@ def _checkpoint_of_another_run(p: Path) -> tuple[Path, str]:
     return db, run_id
 
 
+def _running_elsewhere(p: Path) -> tuple[Path, str]:
+    """Recorded as running with a fresh heartbeat, its folder held by no process here (another machine's)."""
+    db, run_id = _interrupted(p)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET status = 'running', finished_at = NULL, heartbeat_at = ? WHERE run_id = ?",
+                     (time.time(), run_id))
+    return db, run_id
+
+
 def _folder_gone(p: Path) -> tuple[Path, str]:
     db, run_id = _interrupted(p)
     (p / "cut").rename(p / "moved")
@@ -181,6 +191,7 @@ REFUSED = [
     ("damaged-checkpoint", _damaged_checkpoint, [], ["checkpoint.npz", "not a readable term-fl checkpoint"]),
     ("checkpoint-of-another-run", _checkpoint_of_another_run, [], ["the checkpoint in", "is of another run"]),
     ("folder-gone", _folder_gone, [], ["its folder", "is gone"]),
+    ("running-elsewhere", _running_elsewhere, [], ["is running (its heartbeat is fresh)", "shown as lost 60 s after"]),
 ]
 
 
