@@ -663,3 +663,25 @@ def test_every_data_setting_of_a_scenario_is_an_argument_of_build_dataset():
                              test_fraction=0.2)
     assert built.metadata == expected.metadata
     assert np.array_equal(built.device(3).y_train, expected.device(3).y_train)
+
+
+@pytest.mark.parametrize("max_samples", [60, 200, 1000])
+def test_the_expected_device_size_is_the_mean_of_generated_sizes(max_samples):
+    """The closed form behind data.size_limit_gb's estimate against 200,000 generated device sizes (the
+    floor it leaves out moves the mean by less than one sample)."""
+    from term_fl.data.synthetic import expected_device_size
+
+    sizes = SyntheticGenerator(0, 200_000, 1.0, 1.0, max_samples).sizes
+    assert expected_device_size(max_samples) == pytest.approx(sizes.mean(), rel=0.02, abs=1.0)
+
+
+def test_the_size_limit_refuses_by_the_estimate_and_names_it():
+    from term_fl.data.registry import DATASETS, check_data_size
+    from term_fl.data.synthetic import BYTES_PER_SAMPLE, SyntheticSettings, expected_device_size
+
+    settings = SyntheticSettings(num_devices=1000, max_samples=1000)
+    gb = 1000 * expected_device_size(1000) * BYTES_PER_SAMPLE / 1e9  # about 0.04 GB
+    check_data_size(DATASETS["synthetic"], settings, gb * 1.01)
+    with pytest.raises(ValueError, match=rf"data.synthetic.num_devices = 1000, data.synthetic.max_samples = 1000: "
+                                         rf"the data would take about {gb:,.1f} GB"):
+        check_data_size(DATASETS["synthetic"], settings, gb * 0.99)

@@ -43,6 +43,7 @@ CLIENTS_PER_ROUND = 3
 # machine's load), 8x, at least 30 s; TERM_FL_TEST_ROUND_TIMEOUT overrides.
 MIN_ROUND_TIMEOUT_S = 30
 RUN_DEADLINE_S = 300
+SERVERAPP_EXIT_S = 5.0  # how long the ServerApp may take to record its run as interrupted once its SuperLink is gone
 
 
 def rows(db: Path, sql: str, *params) -> list[tuple]:
@@ -228,13 +229,14 @@ def test_forked_clientapps_store_the_numbers_of_a_fresh_process_per_message(loca
         assert tensor.equal(fresh_model[key]), key
 
 
-def test_compose_stop_interrupts_the_run_and_every_service_stops_within_its_grace_period(local):
+def test_compose_stop_stops_every_service_within_its_grace_period_and_the_serverapp_records_the_run_interrupted(
+        local):
     """`docker compose stop`, as processes: SIGTERM to the SuperNodes and the submitter (the services that depend
     on the SuperLink), then to the SuperLink; compose's `init` hands it to the service's process alone. Each must
-    exit within its stop_grace_period (SuperNodes 5 s, the others compose's 10 s), or compose kills it. A container
-    ends with its process: what that process left (the SuperLink's SuperExec and ServerApp) is then killed
-    (here: every process the topology started). The ServerApp's run must by then be recorded as interrupted, not
-    left running (to be called lost a minute later)."""
+    exit within its stop_grace_period (SuperNodes 5 s, the others compose's 10 s), or compose kills it. The run
+    must not fail while its SuperNodes are gone, and the ServerApp, once its SuperLink is gone, records it as
+    interrupted within SERVERAPP_EXIT_S; then what is left is killed. A container ends with its process at once:
+    in compose's SuperLink container the ServerApp may not get those seconds (a known gap, deploy/README.md)."""
     import yaml
 
     needs_flower()
@@ -262,7 +264,14 @@ def test_compose_stop_interrupts_the_run_and_every_service_stops_within_its_grac
         except subprocess.TimeoutExpired:
             pytest.fail(f"{name} did not stop within {limit:g} s of SIGTERM:\n{topo.tails()}")
         took[name] = round(time.monotonic() - sent, 1)
-    topo.stop_all()  # the superlink container is gone, and with it what its process left
+    # The SuperNodes went first: the run waited for them (run.node_timeout) instead of failing its rounds
+    status = rows(db, "SELECT status FROM runs")
+    assert status in ([("running",)], [("interrupted",)]), f"{status} {took}\n{topo.tails()}"
+    # The ServerApp sees its SuperExec gone and its exit handler records the run as interrupted
+    deadline = time.monotonic() + SERVERAPP_EXIT_S
+    while rows(db, "SELECT status FROM runs") == [("running",)] and time.monotonic() < deadline:
+        time.sleep(0.2)
+    topo.stop_all()  # what the superlink process left
     runs = rows(db, "SELECT status, error FROM runs")
     assert len(runs) == 1 and runs[0][0] == "interrupted", f"{runs} {took}\n{topo.tails()}"
     print(f"\ncompose stop, as processes: seconds from SIGTERM to exit {took}; the run: {runs[0]}")

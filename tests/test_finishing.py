@@ -113,3 +113,38 @@ def test_no_temporary_file_is_left_when_a_checkpoint_cannot_be_written(tmp_path)
     assert not os.path.lexists(out / f".{CHECKPOINT_FILE}.tmp")
     with ResultsStore.open_readonly(tmp_path / "r.db") as store:
         assert store.list_runs()[0].status == "failed"
+
+
+@pytest.mark.parametrize("where", ["the run's files: model.pt", "the results store"], ids=["model.pt", "store-row"])
+def test_a_signal_while_the_end_is_written_records_the_run_interrupted_and_it_resumes(where, tmp_path, monkeypatch):
+    """SIGTERM (an ``Interrupted``) during the final writes: no half-written file, no row left ``running``; the
+    run is ``interrupted`` with where it stopped, and resuming it gives the numbers of a run that was not."""
+    from term_fl.common.errors import Interrupted
+
+    scenario = small_scenario("run.engine=inprocess")
+    store = ResultsStore(tmp_path / "r.db")
+    full = run_one(scenario, store, out_dir=tmp_path / "full")
+    finish_run = ResultsStore.finish_run
+
+    def signalled(*args, **kwargs):
+        raise Interrupted(15)
+
+    def finish_signalled(self, run_id, status="finished", summary=None, error=None):
+        if status == "finished":
+            raise Interrupted(15)
+        return finish_run(self, run_id, status, summary, error)
+
+    if where.endswith("model.pt"):
+        monkeypatch.setattr("term_fl.runs.run.save_model", signalled)
+    else:
+        monkeypatch.setattr(ResultsStore, "finish_run", finish_signalled)
+    with pytest.raises(Interrupted):
+        run_one(scenario, store, out_dir=tmp_path / "cut")
+    monkeypatch.undo()
+    run = store.list_runs()[0]
+    assert (run.status, run.rounds_completed) == ("interrupted", 3)
+    assert run.error == f"interrupted by SIGTERM while writing {where}"
+    assert sorted(p.name for p in (tmp_path / "cut").iterdir()) == sorted(["config.json", CHECKPOINT_FILE,
+                                                                            "summary.json"])
+    resume_run(store, run.run_id)
+    assert_same_run(store, full.run_id, tmp_path / "full", run.run_id, tmp_path / "cut")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from pathlib import Path
 
 import numpy as np
@@ -165,6 +166,15 @@ def _checkpoint_of_another_run(p: Path) -> tuple[Path, str]:
     return db, run_id
 
 
+def _running_elsewhere(p: Path) -> tuple[Path, str]:
+    """Recorded as running with a fresh heartbeat, its folder held by no process here (another machine's)."""
+    db, run_id = _interrupted(p)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE runs SET status = 'running', finished_at = NULL, heartbeat_at = ? WHERE run_id = ?",
+                     (time.time(), run_id))
+    return db, run_id
+
+
 def _folder_gone(p: Path) -> tuple[Path, str]:
     db, run_id = _interrupted(p)
     (p / "cut").rename(p / "moved")
@@ -181,6 +191,7 @@ REFUSED = [
     ("damaged-checkpoint", _damaged_checkpoint, [], ["checkpoint.npz", "not a readable term-fl checkpoint"]),
     ("checkpoint-of-another-run", _checkpoint_of_another_run, [], ["the checkpoint in", "is of another run"]),
     ("folder-gone", _folder_gone, [], ["its folder", "is gone"]),
+    ("running-elsewhere", _running_elsewhere, [], ["is running (its heartbeat is fresh)", "shown as lost 60 s after"]),
 ]
 
 
@@ -208,3 +219,15 @@ def test_a_run_that_a_live_process_holds_is_not_resumed(tmp_path, capsys):
     with FolderLock(tmp_path / "cut"):  # as the process that still runs it
         assert main(["run", "--resume", run_id, "--db", str(db)]) == 2
     assert_usage_error(2, capsys.readouterr().err, [f"run {run_id!r} is running: pid {os.getpid()}", "holds its folder"])
+
+
+@pytest.mark.slow
+def test_a_flower_engine_run_resumes_on_its_engine_to_the_numbers_of_an_uninterrupted_run(tmp_path):
+    """The Simulation Engine (Ray): stopped after round 2 of 3, resumed with its stored engine, equal in every row."""
+    scenario = small_scenario("run.engine=flower", "strategy.term.lam=0.5")
+    store = ResultsStore(tmp_path / "r.db")
+    full = run_one(scenario, store, out_dir=tmp_path / "full")
+    stopped = interrupted_run(scenario, store, tmp_path / "cut", after=2)
+    assert store.get_run(stopped).engine == "flower"
+    resume_run(store, stopped)
+    assert_same_run(store, full.run_id, tmp_path / "full", stopped, tmp_path / "cut")

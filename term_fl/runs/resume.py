@@ -12,7 +12,6 @@ with the same seed (tests/test_resume.py).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -23,13 +22,11 @@ from term_fl.common.errors import ConfigError
 from term_fl.common.locks import FolderInUse, holder_of
 from term_fl.config import Scenario, config_hash
 from term_fl.federation.records import Checkpoint, RoundRecord
-from term_fl.results import ResultsStore, RunInfo
+from term_fl.results import LOST_AFTER_S, ResultsStore, RunInfo
 from term_fl.runs.checkpoint import CheckpointError, load_checkpoint
 from term_fl.runs.run import RunRecorder, run_recorded
 
 __all__ = ["RESUMABLE", "ResumeError", "Resumable", "resumable", "resume_run"]
-
-log = logging.getLogger("term_fl")
 
 RESUMABLE = ("interrupted", "lost", "failed")
 """The statuses of a run that ``--resume`` goes on with."""
@@ -80,14 +77,18 @@ def resumable(store: ResultsStore, run_id: str) -> Resumable:
 
 
 def _check_stopped(info: RunInfo) -> None:
-    """A run that finished, or that a live process still runs, is not resumed."""
+    """A run that finished, that a live process still runs, or whose heartbeat is fresh, is not resumed."""
     if info.status == "finished":
         raise ResumeError(f"run {info.run_id!r} finished; there is nothing to resume")
     holder = holder_of(info.run_dir) if info.run_dir and Path(info.run_dir).is_dir() else None
     if holder is not None:
         raise FolderInUse(f"run {info.run_id!r} is running: {holder.describe()} holds its folder {info.run_dir}")
-    if info.status == "running":  # a fresh heartbeat, and no process holds the folder: it is gone
-        log.info("run %s is recorded as running, but no process holds its folder: resuming it", info.run_id)
+    if info.status not in RESUMABLE:  # running, its heartbeat fresh: a process on another machine, or one just killed
+        raise ResumeError(
+            f"run {info.run_id!r} is running (its heartbeat is fresh), though no process of this machine holds its "
+            f"folder: it may run elsewhere; a run whose process is gone is shown as lost {LOST_AFTER_S:g} s after "
+            "its last heartbeat, and can be resumed then"
+        )
 
 
 def resume_run(

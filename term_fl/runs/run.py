@@ -11,7 +11,8 @@ A run ends in this order (README, "Results store"): model.pt through a
 temporary file and a rename, summary.json's text under a temporary name, the
 store row's final status, then summary.json renamed into place and the
 checkpoint removed. A failure to write either file (a full disk) removes
-both temporary files and records the run as ``failed`` with the reason.
+both temporary files and records the run as ``failed`` with the reason; a
+signal on the way records it as ``interrupted``, its checkpoint kept.
 """
 
 from __future__ import annotations
@@ -308,8 +309,10 @@ class RunRecorder(Recorder):
 
         A run that finished but whose files cannot be written (a full disk) is
         recorded as ``failed`` with the reason, and :class:`RunFailed` says so;
-        a run that did not finish keeps its status, its summary.json written
-        where the disk allows.
+        one interrupted while they are written (a signal) is recorded as
+        ``interrupted`` without them (its last checkpoint stays, for
+        ``--resume``), and the interruption goes on; a run that did not
+        finish keeps its status, its summary.json written where the disk allows.
         """
         assert self._scenario is not None and self.run_id is not None
         if self._ended:  # recorded already (interrupt)
@@ -375,6 +378,11 @@ class RunRecorder(Recorder):
             self._close("failed", reason)
             raise RunFailed(f"{reason}; the run is recorded as failed (term-fl run --resume {self.run_id} "
                             "writes them once the cause is fixed)") from exc
+        except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM, SIGHUP while the end was written: resumable
+            text.unlink(missing_ok=True)
+            model.unlink(missing_ok=True)
+            self._close("interrupted", f"{str(exc) or 'interrupted by the user'} while writing {writing}")
+            raise
         os.replace(text, self.run_dir / "summary.json")
         remove_checkpoint(self.run_dir)  # model.pt holds the final model
 
