@@ -155,3 +155,24 @@ def test_cells_that_share_a_label_are_told_apart_by_the_setting_that_differs():
                       "term t=3 min_test_samples=0", "term t=3 min_test_samples=5"]
     alone = [s for s in summaries if s["config"]["data"]["min_test_samples"] == 0]
     assert sorted(row["cell"] for row in group_cells(alone)) == ["fedavg", "term t=3"]  # nothing to tell apart
+
+
+def test_a_term_cell_under_the_default_loss_transform_pairs_with_its_scenarios_baselines():
+    """TERM t < 0 resolves loss_transform "auto" to median_mad; FedAvg reads no loss. Same scenario: paired."""
+    from term_fl.comparison.summaries import group_cells
+    from term_fl.config import Scenario, config_hash
+
+    summaries = []
+    for name, extra in (("fedavg", {}), ("fedavg_uniform", {}), ("term", {"t": -2.0})):
+        config = Scenario().model_dump(mode="json")
+        config["strategy"]["name"] = name
+        scenario = Scenario.model_validate(config)
+        if extra:
+            scenario = Scenario.model_validate({**config, "strategy": {**config["strategy"], "term": extra}})
+        for seed in (0, 1, 2):
+            summaries.append({"run_id": f"{name}-{seed}", "seed": seed, "config_hash": config_hash(scenario),
+                              "strategy": {"name": name, **scenario.strategy_params()},
+                              "config": scenario.model_dump(mode="json"), "test": {"mean": 0.5 + seed / 10},
+                              "validation": {"mean": 0.5}})
+    term = next(row for row in group_cells(summaries) if row["strategy"] == "term")
+    assert term["strategy"] == "term" and set(term["baselines"]) == {"fedavg", "fedavg_uniform"}

@@ -7,7 +7,8 @@ each baseline's *plain* cell (no client-side tilt, tau = 0) whose settings
 are the same but for the strategy's own: its name, its parameters and the
 client-side tilt tau. The defences every strategy takes
 (:data:`term_fl.strategies.registry.COMMON_SETTINGS`) are shared settings:
-TERM with ``clip_loss = 3`` is paired with FedAvg with ``clip_loss = 3``.
+TERM with ``clip_loss = 3`` is paired with FedAvg with ``clip_loss = 3``; the
+loss transform is not (no baseline reads a loss).
 This is what :func:`term_fl.config.baseline_hash` computes for a scenario,
 read from the settings a run stored, so the sweep, the dashboard and the
 report pair alike (and a run's ``run.reference``, left out of the settings,
@@ -27,7 +28,11 @@ __all__ = ["BASELINES", "baseline_cells", "is_plain", "pairing_key", "strategy_s
 BASELINES: tuple[str, ...] = tuple(name for name, spec in STRATEGIES.items() if spec.baseline)
 """The strategies every cell is paired with, in order (the registry's ``baseline`` flag)."""
 
-_SHARED = frozenset(f"strategy.{key}" for key in COMMON_SETTINGS.model_fields)
+_SHARED = frozenset(f"strategy.{key}" for key in COMMON_SETTINGS.model_fields if not key.startswith("loss_"))
+"""The defences a cell shares with its baselines. The loss transform (``loss_transform``, ``loss_clip``) is the
+strategy's own: it acts only where a strategy reads the losses, which no baseline does, and "auto" resolves per
+strategy (median_mad for TERM with t < 0), so a TERM cell under the default pairs with the baselines of its
+scenario."""
 
 
 def pairing_key(settings: Mapping[str, Any]) -> tuple[Any, ...]:
