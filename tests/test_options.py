@@ -133,9 +133,10 @@ def test_no_reference_runs_alone_and_verbose_prints_each_round(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("command", [["run", "--rounds", "0"], ["sweep", "--rounds", "0"], ["runs"],
-                                     ["report", "x", "--out", "r.html"], ["dashboard"]])
+                                     ["report", "x", "--out", "r.html"], ["dashboard", "--port", "0"]])
 def test_debug_shows_the_traceback_of_a_usage_error(command, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # ./runs/results.db is missing here
+    monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: pytest.fail("the dashboard started"))
     assert main(command) == 2
     assert "Traceback" not in capsys.readouterr().err
     assert main([*command, "--debug"]) == 2
@@ -157,12 +158,16 @@ def test_dashboard_options_reach_the_server(store, monkeypatch, capsys):
     assert given["token"] and given["token"] in capsys.readouterr().out  # another address asks for a token
 
 
-def test_dashboard_on_a_missing_store_says_so_and_how_to_make_one(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: pytest.fail("the dashboard started"))
+def test_dashboard_on_a_missing_store_says_so_and_how_to_make_one_and_serves(tmp_path, capsys, monkeypatch):
+    """Said on the terminal; served anyway (a deployment's dashboard container starts before its first run
+    writes the store: exiting would make compose restart it in a loop)."""
+    served = []
+    monkeypatch.setattr(term_fl.dashboard, "serve", lambda db, **kw: served.append(db))
     missing = tmp_path / "none.db"
-    assert main(["dashboard", "--db", str(missing)]) == 2
+    assert main(["dashboard", "--db", str(missing)]) == 0
     err = capsys.readouterr().err
-    assert f"no results store at {missing}" in err and f"term-fl run --db {missing}" in err
+    assert f"no results store at {missing} yet" in err and f"term-fl run --db {missing}" in err
+    assert served == [missing] and not missing.exists()  # nothing made: the dashboard only reads
 
 
 def test_report_writes_the_subject_to_out(store, tmp_path):

@@ -70,10 +70,10 @@ def cmd_dashboard(args: argparse.Namespace) -> int:
 
     db = store_path(args)
     check_listen_address(args.host, args.port)
-    if not db.is_file():
-        raise ConfigError(f"no results store at {db}: make one with `term-fl run --db {db}` (or `term-fl run` in a "
-                          f"folder: it writes runs/results.db there), or name an existing one with --db PATH or "
-                          f"${DEFAULT_DB_ENV}")
+    if not db.is_file():  # said here, and served anyway: a deployment's dashboard starts before its first run
+        print(f"term-fl dashboard: warning: no results store at {db} yet: make one with `term-fl run --db {db}` (or "
+              f"`term-fl run` in a folder: it writes runs/results.db there), or name an existing one with --db PATH "
+              f"or ${DEFAULT_DB_ENV}; the pages show the runs once a run writes it", file=sys.stderr, flush=True)
     given = os.environ.get(TOKEN_ENV, "").strip() or None
     try:
         token = token_for(args.host, given)
